@@ -1,0 +1,2 @@
+//! The `kubevirt.io/v1` API.
+#![forbid(unsafe_code)]

@@ -1,0 +1,1 @@
+//! The Ferrovirt VMM: a microVM on KVM built from rust-vmm crates, and virt-launcher.
