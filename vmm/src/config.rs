@@ -1,0 +1,450 @@
+//! `VmConfig`: what a VM is made of, as plain serde data.
+//!
+//! The launcher's converter emits it from a VMI; both backends (the in-process KVM VMM and QEMU
+//! TCG) accept it; the standalone `vmm` command reads it from JSON. Its shape follows
+//! cloud-hypervisor's `VmConfig`. `validate()` checks it as a whole and returns errors that carry
+//! the offending values.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// Smallest guest memory we accept: below this a Linux guest cannot even decompress.
+pub const MIN_MEMORY_BYTES: u64 = 16 << 20;
+/// Most vCPUs one VM may have (one thread each).
+pub const MAX_VCPUS: u8 = 32;
+
+/// A whole VM.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmConfig {
+    pub payload: PayloadConfig,
+    #[serde(default)]
+    pub cpus: CpusConfig,
+    #[serde(default)]
+    pub memory: MemoryConfig,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disks: Vec<DiskConfig>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub net: Vec<NetConfig>,
+    /// The 16550 UART (ttyS0).
+    #[serde(default)]
+    pub serial: ConsoleConfig,
+    /// The virtio console (hvc0); off unless asked for.
+    #[serde(default = "ConsoleConfig::off")]
+    pub console: ConsoleConfig,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rng: Option<RngConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vsock: Option<VsockConfig>,
+}
+
+impl Default for VmConfig {
+    fn default() -> Self {
+        VmConfig {
+            payload: PayloadConfig::default(),
+            cpus: CpusConfig::default(),
+            memory: MemoryConfig::default(),
+            disks: Vec::new(),
+            net: Vec::new(),
+            serial: ConsoleConfig::default(),
+            console: ConsoleConfig::Off,
+            rng: None,
+            vsock: None,
+        }
+    }
+}
+
+/// What the VM boots: direct kernel boot.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PayloadConfig {
+    /// bzImage or ELF (PVH) kernel.
+    pub kernel: PathBuf,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initramfs: Option<PathBuf>,
+    /// Kernel command line, without the virtio-mmio device entries the VMM appends itself.
+    #[serde(default)]
+    pub cmdline: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CpusConfig {
+    pub boot_vcpus: u8,
+    pub max_vcpus: u8,
+}
+
+impl Default for CpusConfig {
+    fn default() -> Self {
+        CpusConfig {
+            boot_vcpus: 1,
+            max_vcpus: 1,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryConfig {
+    /// Guest RAM in bytes.
+    pub size: u64,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig { size: 512 << 20 }
+    }
+}
+
+/// A virtio-blk device backed by a raw file.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiskConfig {
+    /// Stable name of the device (the VMI's disk name); also the virtio-blk serial.
+    pub id: String,
+    pub path: PathBuf,
+    #[serde(default)]
+    pub readonly: bool,
+}
+
+/// A virtio-net device backed by a tap interface.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetConfig {
+    pub id: String,
+    /// Name of an existing tap device on the host (in the launcher's network namespace).
+    pub tap: String,
+    /// Guest MAC address, `aa:bb:cc:dd:ee:ff`.
+    pub mac: String,
+}
+
+/// Where a console's bytes go.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ConsoleConfig {
+    Off,
+    /// Discard output, no input.
+    Null,
+    /// The VMM's own stdin/stdout.
+    #[default]
+    Tty,
+    /// Append output to a file; no input.
+    File {
+        path: PathBuf,
+    },
+    /// A unix socket the VMM listens on; one client at a time reads output and writes input.
+    Socket {
+        path: PathBuf,
+    },
+}
+
+impl ConsoleConfig {
+    fn off() -> Self {
+        ConsoleConfig::Off
+    }
+}
+
+/// A virtio-rng device fed from a host entropy source.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RngConfig {
+    #[serde(default = "RngConfig::default_src")]
+    pub src: PathBuf,
+}
+
+impl RngConfig {
+    fn default_src() -> PathBuf {
+        PathBuf::from("/dev/urandom")
+    }
+}
+
+impl Default for RngConfig {
+    fn default() -> Self {
+        RngConfig {
+            src: Self::default_src(),
+        }
+    }
+}
+
+/// A virtio-vsock device whose host side is a unix socket (Firecracker's hybrid vsock).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VsockConfig {
+    /// Guest context id, >= 3.
+    pub cid: u64,
+    /// Host unix socket; host-initiated connections write `CONNECT <port>\n` first.
+    pub socket: PathBuf,
+}
+
+/// Why a `VmConfig` cannot run.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ValidationError {
+    #[error("payload.kernel is empty")]
+    KernelMissing,
+    #[error("cpus.boot_vcpus is 0")]
+    CpusBootZero,
+    #[error("cpus.max_vcpus {max} is lower than cpus.boot_vcpus {boot}")]
+    CpusMaxLowerThanBoot { max: u8, boot: u8 },
+    #[error("cpus.max_vcpus {0} is above the limit of {MAX_VCPUS}")]
+    CpusTooMany(u8),
+    #[error("memory.size {0} bytes is below the minimum of {MIN_MEMORY_BYTES}")]
+    MemoryTooSmall(u64),
+    #[error("memory.size {0} bytes is not a multiple of 4 KiB")]
+    MemoryUnaligned(u64),
+    #[error("device id {0:?} is used twice")]
+    DuplicateId(String),
+    #[error("device id is empty")]
+    EmptyId,
+    #[error("net {id:?}: mac {mac:?} is not of the form aa:bb:cc:dd:ee:ff")]
+    BadMac { id: String, mac: String },
+    #[error("net {id:?}: tap name {tap:?} is empty or longer than 15 bytes")]
+    BadTapName { id: String, tap: String },
+    #[error("vsock cid {0} is reserved (must be >= 3)")]
+    VsockCidReserved(u64),
+    #[error("serial and console both use the VMM's stdin/stdout")]
+    TwoTtys,
+}
+
+impl VmConfig {
+    /// Checks the config as a whole; does no I/O (files are checked when the VM is built).
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        if self.payload.kernel.as_os_str().is_empty() {
+            return Err(ValidationError::KernelMissing);
+        }
+        let CpusConfig {
+            boot_vcpus,
+            max_vcpus,
+        } = self.cpus;
+        if boot_vcpus == 0 {
+            return Err(ValidationError::CpusBootZero);
+        }
+        if max_vcpus < boot_vcpus {
+            return Err(ValidationError::CpusMaxLowerThanBoot {
+                max: max_vcpus,
+                boot: boot_vcpus,
+            });
+        }
+        if max_vcpus > MAX_VCPUS {
+            return Err(ValidationError::CpusTooMany(max_vcpus));
+        }
+        if self.memory.size < MIN_MEMORY_BYTES {
+            return Err(ValidationError::MemoryTooSmall(self.memory.size));
+        }
+        if self.memory.size % 4096 != 0 {
+            return Err(ValidationError::MemoryUnaligned(self.memory.size));
+        }
+        let mut ids = std::collections::BTreeSet::new();
+        let all_ids = self
+            .disks
+            .iter()
+            .map(|d| &d.id)
+            .chain(self.net.iter().map(|n| &n.id));
+        for id in all_ids {
+            if id.is_empty() {
+                return Err(ValidationError::EmptyId);
+            }
+            if !ids.insert(id) {
+                return Err(ValidationError::DuplicateId(id.clone()));
+            }
+        }
+        for net in &self.net {
+            if parse_mac(&net.mac).is_none() {
+                return Err(ValidationError::BadMac {
+                    id: net.id.clone(),
+                    mac: net.mac.clone(),
+                });
+            }
+            if net.tap.is_empty() || net.tap.len() > 15 {
+                return Err(ValidationError::BadTapName {
+                    id: net.id.clone(),
+                    tap: net.tap.clone(),
+                });
+            }
+        }
+        if let Some(vsock) = &self.vsock {
+            if vsock.cid < 3 {
+                return Err(ValidationError::VsockCidReserved(vsock.cid));
+            }
+        }
+        if self.serial == ConsoleConfig::Tty && self.console == ConsoleConfig::Tty {
+            return Err(ValidationError::TwoTtys);
+        }
+        Ok(())
+    }
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(mac: &str) -> Option<[u8; 6]> {
+    let mut out = [0u8; 6];
+    let mut parts = mac.split(':');
+    for byte in out.iter_mut() {
+        let part = parts.next()?;
+        if part.len() != 2 {
+            return None;
+        }
+        *byte = u8::from_str_radix(part, 16).ok()?;
+    }
+    parts.next().is_none().then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vm() -> VmConfig {
+        VmConfig {
+            payload: PayloadConfig {
+                kernel: "/boot/vmlinux".into(),
+                initramfs: None,
+                cmdline: "console=ttyS0".into(),
+            },
+            disks: vec![DiskConfig {
+                id: "rootdisk".into(),
+                path: "/disk/disk.img".into(),
+                readonly: false,
+            }],
+            net: vec![NetConfig {
+                id: "default".into(),
+                tap: "tap0".into(),
+                mac: "02:00:00:00:00:01".into(),
+            }],
+            ..VmConfig::default()
+        }
+    }
+
+    #[test]
+    fn valid_config_passes() {
+        assert_eq!(vm().validate(), Ok(()));
+    }
+
+    #[test]
+    fn invalid_configs_name_the_offending_values() {
+        let cases = [
+            (
+                VmConfig {
+                    cpus: CpusConfig {
+                        boot_vcpus: 2,
+                        max_vcpus: 1,
+                    },
+                    ..vm()
+                },
+                ValidationError::CpusMaxLowerThanBoot { max: 1, boot: 2 },
+            ),
+            (
+                VmConfig {
+                    cpus: CpusConfig {
+                        boot_vcpus: 0,
+                        max_vcpus: 1,
+                    },
+                    ..vm()
+                },
+                ValidationError::CpusBootZero,
+            ),
+            (
+                VmConfig {
+                    memory: MemoryConfig { size: 1 << 20 },
+                    ..vm()
+                },
+                ValidationError::MemoryTooSmall(1 << 20),
+            ),
+            (
+                VmConfig {
+                    memory: MemoryConfig {
+                        size: (64 << 20) + 1,
+                    },
+                    ..vm()
+                },
+                ValidationError::MemoryUnaligned((64 << 20) + 1),
+            ),
+            (
+                VmConfig {
+                    payload: PayloadConfig::default(),
+                    ..vm()
+                },
+                ValidationError::KernelMissing,
+            ),
+            (
+                VmConfig {
+                    disks: vec![vm().disks[0].clone(), vm().disks[0].clone()],
+                    ..vm()
+                },
+                ValidationError::DuplicateId("rootdisk".into()),
+            ),
+            (
+                VmConfig {
+                    net: vec![NetConfig {
+                        mac: "02:00:00:00:01".into(),
+                        ..vm().net[0].clone()
+                    }],
+                    ..vm()
+                },
+                ValidationError::BadMac {
+                    id: "default".into(),
+                    mac: "02:00:00:00:01".into(),
+                },
+            ),
+            (
+                VmConfig {
+                    vsock: Some(VsockConfig {
+                        cid: 2,
+                        socket: "/run/v.sock".into(),
+                    }),
+                    ..vm()
+                },
+                ValidationError::VsockCidReserved(2),
+            ),
+            (
+                VmConfig {
+                    console: ConsoleConfig::Tty,
+                    ..vm()
+                },
+                ValidationError::TwoTtys,
+            ),
+        ];
+        for (config, expected) in cases {
+            assert_eq!(config.validate(), Err(expected));
+        }
+    }
+
+    #[test]
+    fn json_round_trip_and_defaults() {
+        let json = r#"{"payload":{"kernel":"/k"},"serial":{"mode":"socket","path":"/run/s"}}"#;
+        let config: VmConfig = serde_json::from_str(json).unwrap();
+        assert_eq!(config.cpus.boot_vcpus, 1);
+        assert_eq!(config.console, ConsoleConfig::Off);
+        assert_eq!(
+            config.serial,
+            ConsoleConfig::Socket {
+                path: "/run/s".into()
+            }
+        );
+        let back: VmConfig =
+            serde_json::from_str(&serde_json::to_string(&config).unwrap()).unwrap();
+        assert_eq!(back, config);
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected() {
+        let json = r#"{"payload":{"kernel":"/k"},"gpus":[]}"#;
+        let err = serde_json::from_str::<VmConfig>(json).unwrap_err();
+        assert!(err.to_string().contains("gpus"), "{err}");
+    }
+
+    #[test]
+    fn mac_parsing() {
+        assert_eq!(
+            parse_mac("02:ab:00:00:00:ff"),
+            Some([2, 0xab, 0, 0, 0, 0xff])
+        );
+        for bad in [
+            "",
+            "02:ab:00:00:00",
+            "02:ab:00:00:00:ff:00",
+            "2:ab:00:00:00:ff",
+            "zz:ab:00:00:00:ff",
+        ] {
+            assert_eq!(parse_mac(bad), None, "{bad}");
+        }
+    }
+}
