@@ -1,2 +1,46 @@
-//! The `kubevirt.io/v1` API.
+//! The `kubevirt.io/v1` API as Ferrovirt serves it: the Rust types of `VirtualMachine`,
+//! `VirtualMachineInstance`, `VirtualMachineInstanceMigration`,
+//! `VirtualMachineInstanceReplicaSet` and `KubeVirt`, their CRDs, and the pure defaulting and
+//! validation functions that virt-api's webhooks, the controllers and the launcher share.
+//!
+//! Field names and JSON shapes are KubeVirt's (from its OpenAPI document), so KubeVirt
+//! manifests and clients work unchanged. What Ferrovirt does not model is kept, not dropped
+//! (see [`other`]), and validation refuses it by field path.
 #![forbid(unsafe_code)]
+// kube's `printcolumn(...)` attributes repeat `type_ = "string"`, which this lint mistakes for
+// duplicated attributes.
+#![allow(clippy::duplicated_attributes)]
+
+pub mod condition;
+pub mod crd;
+pub mod defaults;
+pub mod domain;
+pub mod kubevirt;
+#[rustfmt::skip]
+pub mod kubevirt_fields;
+pub mod migration;
+pub mod object;
+pub mod other;
+pub mod quantity;
+pub mod replicaset;
+mod schema;
+pub mod validation;
+pub mod vm;
+pub mod vmi;
+pub mod volume;
+
+pub use condition::Condition;
+pub use kubevirt::{KubeVirt, KubeVirtSpec, KubeVirtStatus};
+pub use migration::{
+    VirtualMachineInstanceMigration, VirtualMachineInstanceMigrationSpec,
+    VirtualMachineInstanceMigrationStatus,
+};
+pub use replicaset::{
+    VirtualMachineInstanceReplicaSet, VirtualMachineInstanceReplicaSetSpec,
+    VirtualMachineInstanceReplicaSetStatus,
+};
+pub use validation::{FieldError, FieldErrorKind, FieldErrors};
+pub use vm::{RunStrategy, VirtualMachine, VirtualMachineSpec, VirtualMachineStatus};
+pub use vmi::{
+    VirtualMachineInstance, VirtualMachineInstanceSpec, VirtualMachineInstanceStatus, VmiPhase,
+};

@@ -1,0 +1,30 @@
+//! The CustomResourceDefinitions of the kubevirt.io kinds.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
+use crate::{
+    KubeVirt, VirtualMachine, VirtualMachineInstance, VirtualMachineInstanceMigration,
+    VirtualMachineInstanceReplicaSet,
+};
+
+/// Every CRD Ferrovirt installs, in a stable order.
+pub fn all() -> Vec<CustomResourceDefinition> {
+    vec![
+        KubeVirt::crd(),
+        VirtualMachine::crd(),
+        VirtualMachineInstance::crd(),
+        VirtualMachineInstanceMigration::crd(),
+        VirtualMachineInstanceReplicaSet::crd(),
+    ]
+}
+
+/// The CRDs as one multi-document YAML stream.
+pub fn to_yaml() -> Result<String, serde_yaml::Error> {
+    let mut out = String::new();
+    for crd in all() {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(&crd)?);
+    }
+    Ok(out)
+}

@@ -1,0 +1,582 @@
+//! Table tests of validation: a valid VMI, and variants of it that each break one rule.
+
+use serde_json::{json, Value};
+
+use super::FieldErrorKind::{self, *};
+use crate::object::KubeVirtObject;
+
+/// A valid VMI: containerDisk + cloud-init + emptyDisk, the masquerade pod network, rng.
+fn vmi() -> Value {
+    json!({
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": {"name": "testvmi"},
+        "spec": {
+            "domain": {
+                "cpu": {"cores": 2},
+                "memory": {"guest": "128Mi"},
+                "devices": {
+                    "disks": [
+                        {"name": "containerdisk", "disk": {"bus": "virtio"}},
+                        {"name": "cloudinitdisk", "disk": {"bus": "virtio"}},
+                        {"name": "emptydisk", "disk": {"bus": "virtio"}}
+                    ],
+                    "interfaces": [{"name": "default", "masquerade": {}}],
+                    "rng": {}
+                }
+            },
+            "networks": [{"name": "default", "pod": {}}],
+            "volumes": [
+                {"name": "containerdisk", "containerDisk": {"image": "registry:5000/kubevirt/cirros-container-disk-demo:devel"}},
+                {"name": "cloudinitdisk", "cloudInitNoCloud": {"userData": "#!/bin/sh\necho hi\n"}},
+                {"name": "emptydisk", "emptyDisk": {"capacity": "2Gi"}}
+            ]
+        }
+    })
+}
+
+fn vm(spec: Value) -> Value {
+    let template = vmi()["spec"].clone();
+    let mut vm = json!({
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachine",
+        "metadata": {"name": "testvm"},
+        "spec": {"template": {"metadata": {"labels": {"app": "a"}}, "spec": template}}
+    });
+    merge(&mut vm["spec"], spec);
+    vm
+}
+
+/// Merges `patch` into `target` (JSON merge patch: null deletes).
+fn merge(target: &mut Value, patch: Value) {
+    match (target, patch) {
+        (Value::Object(target), Value::Object(patch)) => {
+            for (key, value) in patch {
+                if value.is_null() {
+                    target.remove(&key);
+                } else {
+                    merge(target.entry(key).or_insert(Value::Null), value);
+                }
+            }
+        }
+        (target, patch) => *target = patch,
+    }
+}
+
+/// `base` with the value at JSON pointer `pointer` set (its parent must exist).
+fn with(mut base: Value, pointer: &str, value: Value) -> Value {
+    let (parent, key) = pointer.rsplit_once('/').expect("pointer has a parent");
+    match base.pointer_mut(parent) {
+        Some(Value::Object(map)) => {
+            map.insert(key.to_string(), value);
+        }
+        Some(Value::Array(items)) => items[key.parse::<usize>().expect("index")] = value,
+        _ => panic!("{parent} is not an object or array"),
+    }
+    base
+}
+
+fn errors_of(object: Value) -> Vec<(String, FieldErrorKind)> {
+    let object = KubeVirtObject::from_value(object).expect("parses");
+    match object.validate() {
+        Ok(()) => Vec::new(),
+        Err(errors) => errors.into_iter().map(|e| (e.field, e.kind)).collect(),
+    }
+}
+
+/// (case name, object, expected errors as (path, kind)).
+type Case = (&'static str, Value, Vec<(&'static str, FieldErrorKind)>);
+
+fn check(cases: Vec<Case>) {
+    let mut failures = Vec::new();
+    for (name, object, want) in cases {
+        let got = errors_of(object);
+        let want: Vec<_> = want.into_iter().map(|(p, k)| (p.to_string(), k)).collect();
+        if got != want {
+            failures.push(format!("{name}:\n  want {want:?}\n  got  {got:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn the_base_objects_are_valid() {
+    assert_eq!(errors_of(vmi()), vec![]);
+    assert_eq!(errors_of(vm(json!({"runStrategy": "Always"}))), vec![]);
+}
+
+#[test]
+fn vmi_rules() {
+    let disks = "/spec/domain/devices/disks";
+    check(vec![
+        (
+            "duplicate disk names",
+            with(vmi(), &format!("{disks}/2/name"), json!("cloudinitdisk")),
+            vec![
+                ("spec.domain.devices.disks[2].name", Duplicate),
+                ("spec.volumes[2].name", Invalid),
+            ],
+        ),
+        (
+            "disk without volume",
+            with(vmi(), &format!("{disks}/2/name"), json!("scratch")),
+            vec![
+                ("spec.domain.devices.disks[2].name", Invalid),
+                ("spec.volumes[2].name", Invalid),
+            ],
+        ),
+        (
+            "volume without disk",
+            with(
+                vmi(),
+                disks,
+                json!([{"name": "containerdisk"}, {"name": "cloudinitdisk"}]),
+            ),
+            vec![("spec.volumes[2].name", Invalid)],
+        ),
+        (
+            "memory below the minimum",
+            with(vmi(), "/spec/domain/memory/guest", json!("8Mi")),
+            vec![("spec.domain.memory.guest", Invalid)],
+        ),
+        (
+            "memory is not a quantity",
+            with(vmi(), "/spec/domain/memory/guest", json!("lots")),
+            vec![("spec.domain.memory.guest", Invalid)],
+        ),
+        (
+            "no memory at all",
+            with(vmi(), "/spec/domain/memory", json!({})),
+            vec![("spec.domain.memory.guest", Required)],
+        ),
+        (
+            "memory from resources.requests is enough",
+            with(vmi(), "/spec/domain/memory", json!({})).pipe(|v| {
+                with(
+                    v,
+                    "/spec/domain/resources",
+                    json!({"requests": {"memory": "64Mi"}}),
+                )
+            }),
+            vec![],
+        ),
+        (
+            "guest memory above the limit",
+            with(
+                vmi(),
+                "/spec/domain/resources",
+                json!({"limits": {"memory": "64Mi"}}),
+            ),
+            vec![("spec.domain.memory.guest", Invalid)],
+        ),
+        (
+            "cores = 0",
+            with(vmi(), "/spec/domain/cpu/cores", json!(0)),
+            vec![("spec.domain.cpu.cores", Invalid)],
+        ),
+        (
+            "too many vCPUs",
+            with(vmi(), "/spec/domain/cpu", json!({"cores": 8, "sockets": 8})),
+            vec![("spec.domain.cpu", Invalid)],
+        ),
+        (
+            "cpu model other than the host's",
+            with(
+                vmi(),
+                "/spec/domain/cpu",
+                json!({"model": "Skylake-Server"}),
+            ),
+            vec![("spec.domain.cpu.model", NotSupported)],
+        ),
+        (
+            "unsupported bus",
+            with(vmi(), &format!("{disks}/0/disk/bus"), json!("sata")),
+            vec![("spec.domain.devices.disks[0].disk.bus", NotSupported)],
+        ),
+        (
+            "cdrom target",
+            with(
+                vmi(),
+                &format!("{disks}/0"),
+                json!({"name": "containerdisk", "cdrom": {}}),
+            ),
+            vec![("spec.domain.devices.disks[0].cdrom", NotSupported)],
+        ),
+        (
+            "KubeVirt device Ferrovirt lacks",
+            with(
+                vmi(),
+                "/spec/domain/devices/gpus",
+                json!([{"name": "gpu1", "deviceName": "nvidia"}]),
+            ),
+            vec![("spec.domain.devices.gpus", NotSupported)],
+        ),
+        (
+            "an empty list asks for nothing",
+            with(vmi(), "/spec/domain/devices/gpus", json!([])),
+            vec![],
+        ),
+        (
+            "an empty object does ask (tpm: {} adds a TPM)",
+            with(vmi(), "/spec/domain/devices/tpm", json!({})),
+            vec![("spec.domain.devices.tpm", NotSupported)],
+        ),
+        (
+            "a field nobody has",
+            with(vmi(), "/spec/domain/devices/disks/0/dsik", json!({})),
+            vec![("spec.domain.devices.disks[0].dsik", FieldErrorKind::Unknown)],
+        ),
+        (
+            "balloon",
+            with(
+                vmi(),
+                "/spec/domain/devices/autoattachMemBalloon",
+                json!(true),
+            ),
+            vec![("spec.domain.devices.autoattachMemBalloon", NotSupported)],
+        ),
+        (
+            "two volume sources",
+            with(
+                vmi(),
+                "/spec/volumes/2/containerDisk",
+                json!({"image": "x"}),
+            ),
+            vec![("spec.volumes[2]", Invalid)],
+        ),
+        (
+            "no volume source",
+            with(vmi(), "/spec/volumes/2", json!({"name": "emptydisk"})),
+            vec![("spec.volumes[2]", Required)],
+        ),
+        (
+            "dataVolume",
+            with(
+                vmi(),
+                "/spec/volumes/2",
+                json!({"name": "emptydisk", "dataVolume": {"name": "dv"}}),
+            ),
+            vec![("spec.volumes[2].dataVolume", NotSupported)],
+        ),
+        (
+            "hostDisk",
+            with(
+                vmi(),
+                "/spec/volumes/2",
+                json!({"name": "emptydisk", "hostDisk": {"path": "/x", "type": "Disk"}}),
+            ),
+            vec![("spec.volumes[2].hostDisk", NotSupported)],
+        ),
+        (
+            "empty containerDisk image",
+            with(vmi(), "/spec/volumes/0/containerDisk/image", json!("")),
+            vec![("spec.volumes[0].containerDisk.image", Required)],
+        ),
+        (
+            "bad emptyDisk capacity",
+            with(vmi(), "/spec/volumes/2/emptyDisk/capacity", json!("big")),
+            vec![("spec.volumes[2].emptyDisk.capacity", Invalid)],
+        ),
+        (
+            "userData and userDataBase64",
+            with(
+                vmi(),
+                "/spec/volumes/1/cloudInitNoCloud/userDataBase64",
+                json!("aGk="),
+            ),
+            vec![("spec.volumes[1].cloudInitNoCloud.userDataBase64", Invalid)],
+        ),
+        (
+            "userDataBase64 that is not base64",
+            with(
+                vmi(),
+                "/spec/volumes/1/cloudInitNoCloud",
+                json!({"userDataBase64": "!!"}),
+            ),
+            vec![("spec.volumes[1].cloudInitNoCloud.userDataBase64", Invalid)],
+        ),
+        (
+            "cloud-init without user data",
+            with(
+                vmi(),
+                "/spec/volumes/1/cloudInitNoCloud",
+                json!({"networkData": "version: 2"}),
+            ),
+            vec![("spec.volumes[1].cloudInitNoCloud.userData", Required)],
+        ),
+        (
+            "interface without network",
+            with(vmi(), "/spec/networks/0/name", json!("other")),
+            vec![
+                ("spec.domain.devices.interfaces[0].name", Invalid),
+                ("spec.networks[0].name", Invalid),
+            ],
+        ),
+        (
+            "bridge binding",
+            with(
+                vmi(),
+                "/spec/domain/devices/interfaces/0",
+                json!({"name": "default", "bridge": {}}),
+            ),
+            vec![("spec.domain.devices.interfaces[0].bridge", NotSupported)],
+        ),
+        (
+            "interface without binding",
+            with(
+                vmi(),
+                "/spec/domain/devices/interfaces/0",
+                json!({"name": "default"}),
+            ),
+            vec![("spec.domain.devices.interfaces[0].masquerade", Required)],
+        ),
+        (
+            "multicast MAC",
+            with(
+                vmi(),
+                "/spec/domain/devices/interfaces/0/macAddress",
+                json!("01:00:00:00:00:01"),
+            ),
+            vec![("spec.domain.devices.interfaces[0].macAddress", Invalid)],
+        ),
+        (
+            "port 0 and a bad protocol",
+            with(
+                vmi(),
+                "/spec/domain/devices/interfaces/0/ports",
+                json!([{"port": 0, "protocol": "SCTP"}]),
+            ),
+            vec![
+                ("spec.domain.devices.interfaces[0].ports[0].port", Invalid),
+                (
+                    "spec.domain.devices.interfaces[0].ports[0].protocol",
+                    Invalid,
+                ),
+            ],
+        ),
+        (
+            "multus network",
+            with(
+                vmi(),
+                "/spec/networks/0",
+                json!({"name": "default", "multus": {"networkName": "n"}}),
+            ),
+            vec![("spec.networks[0].multus", NotSupported)],
+        ),
+        (
+            "bad vmNetworkCIDR",
+            with(
+                vmi(),
+                "/spec/networks/0/pod",
+                json!({"vmNetworkCIDR": "10.0.2.0/32"}),
+            ),
+            vec![("spec.networks[0].pod.vmNetworkCIDR", Invalid)],
+        ),
+        (
+            "negative grace period",
+            with(vmi(), "/spec/terminationGracePeriodSeconds", json!(-1)),
+            vec![("spec.terminationGracePeriodSeconds", Invalid)],
+        ),
+        (
+            "bad eviction strategy",
+            with(vmi(), "/spec/evictionStrategy", json!("Sometimes")),
+            vec![("spec.evictionStrategy", Invalid)],
+        ),
+        (
+            "disk name that is not a DNS label",
+            with(vmi(), &format!("{disks}/2/name"), json!("Empty_Disk"))
+                .pipe(|v| with(v, "/spec/volumes/2/name", json!("Empty_Disk"))),
+            vec![
+                ("spec.domain.devices.disks[2].name", Invalid),
+                ("spec.volumes[2].name", Invalid),
+            ],
+        ),
+        (
+            "kernelArgs without a kernel",
+            with(
+                vmi(),
+                "/spec/domain/firmware",
+                json!({"kernelBoot": {"kernelArgs": "console=ttyS0"}}),
+            ),
+            vec![("spec.domain.firmware.kernelBoot.container", Required)],
+        ),
+        (
+            "kernel path that escapes",
+            with(
+                vmi(),
+                "/spec/domain/firmware",
+                json!({"kernelBoot": {"container": {"image": "k", "kernelPath": "../vmlinuz"}}}),
+            ),
+            vec![(
+                "spec.domain.firmware.kernelBoot.container.kernelPath",
+                Invalid,
+            )],
+        ),
+        (
+            "architecture",
+            with(vmi(), "/spec/architecture", json!("arm64")),
+            vec![("spec.architecture", NotSupported)],
+        ),
+    ]);
+}
+
+#[test]
+fn vm_rules() {
+    check(vec![
+        (
+            "bad runStrategy",
+            vm(json!({"runStrategy": "Sometimes"})),
+            vec![("spec.runStrategy", Invalid)],
+        ),
+        (
+            "running and runStrategy",
+            vm(json!({"runStrategy": "Always", "running": true})),
+            vec![("spec.running", Invalid)],
+        ),
+        ("running alone", vm(json!({"running": true})), vec![]),
+        (
+            "template errors are under spec.template.spec",
+            vm(json!({"template": {"spec": {"domain": {"cpu": {"cores": 0}}}}})),
+            vec![("spec.template.spec.domain.cpu.cores", Invalid)],
+        ),
+        (
+            "template without spec",
+            vm(json!({"template": {"spec": null}})),
+            vec![("spec.template.spec", Required)],
+        ),
+        (
+            "instancetype",
+            vm(json!({"instancetype": {"name": "u1.small"}})),
+            vec![("spec.instancetype", NotSupported)],
+        ),
+    ]);
+}
+
+#[test]
+fn replica_set_migration_and_kubevirt_rules() {
+    let rs = |selector: Value| {
+        json!({
+            "apiVersion": "kubevirt.io/v1",
+            "kind": "VirtualMachineInstanceReplicaSet",
+            "metadata": {"name": "rs"},
+            "spec": {
+                "replicas": 2,
+                "selector": selector,
+                "template": {"metadata": {"labels": {"app": "a"}}, "spec": vmi()["spec"].clone()}
+            }
+        })
+    };
+    let migration = |spec: Value| {
+        json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+               "metadata": {"name": "m"}, "spec": spec})
+    };
+    let kubevirt = |spec: Value| {
+        json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
+               "metadata": {"name": "kubevirt", "namespace": "kubevirt"}, "spec": spec})
+    };
+    check(vec![
+        (
+            "matching selector",
+            rs(json!({"matchLabels": {"app": "a"}})),
+            vec![],
+        ),
+        (
+            "selector that does not match the template",
+            rs(json!({"matchLabels": {"app": "b"}})),
+            vec![("spec.selector.matchLabels", Invalid)],
+        ),
+        (
+            "matchExpressions",
+            rs(json!({"matchExpressions": [{"key": "app", "operator": "In", "values": ["b"]}]})),
+            vec![("spec.selector.matchExpressions[0]", Invalid)],
+        ),
+        (
+            "empty selector",
+            rs(json!({})),
+            vec![("spec.selector", Required)],
+        ),
+        (
+            "migration",
+            migration(json!({"vmiName": "testvmi"})),
+            vec![],
+        ),
+        (
+            "migration without a VMI",
+            migration(json!({})),
+            vec![("spec.vmiName", Required)],
+        ),
+        (
+            "KubeVirt's own example CR",
+            kubevirt(json!({
+                "certificateRotateStrategy": {},
+                "configuration": {"developerConfiguration": {"featureGates": []}},
+                "customizeComponents": {},
+                "imagePullPolicy": "IfNotPresent",
+                "workloadUpdateStrategy": {}
+            })),
+            vec![],
+        ),
+        (
+            "useEmulation",
+            kubevirt(json!({"configuration": {"developerConfiguration": {"useEmulation": true}}})),
+            vec![],
+        ),
+        (
+            "feature gate Ferrovirt does not know",
+            kubevirt(
+                json!({"configuration": {"developerConfiguration": {"featureGates": ["GPU"]}}}),
+            ),
+            vec![(
+                "spec.configuration.developerConfiguration.featureGates[0]",
+                NotSupported,
+            )],
+        ),
+        (
+            "customised components",
+            kubevirt(json!({"customizeComponents": {"patches": [{"resourceName": "virt-api"}]}})),
+            vec![("spec.customizeComponents", NotSupported)],
+        ),
+        (
+            "bad uninstall strategy",
+            kubevirt(json!({"uninstallStrategy": "Never"})),
+            vec![("spec.uninstallStrategy", Invalid)],
+        ),
+    ]);
+}
+
+#[test]
+fn vmi_spec_is_immutable() {
+    let parse = |v: Value| -> crate::VirtualMachineInstance { serde_json::from_value(v).unwrap() };
+    let old = parse(vmi());
+    let mut same_spec = parse(vmi());
+    same_spec.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
+    assert_eq!(super::validate_vmi_update(&old, &same_spec), Ok(()));
+    let changed = parse(with(vmi(), "/spec/domain/memory/guest", json!("256Mi")));
+    let errors = super::validate_vmi_update(&old, &changed).unwrap_err();
+    assert_eq!(errors[0].field, "spec");
+    assert_eq!(errors[0].kind, Forbidden);
+}
+
+#[test]
+fn error_messages_name_path_and_reason() {
+    let errors = KubeVirtObject::from_value(with(
+        vmi(),
+        "/spec/domain/devices/disks/0/disk/bus",
+        json!("sata"),
+    ))
+    .unwrap()
+    .validate()
+    .unwrap_err();
+    assert_eq!(
+        errors[0].to_string(),
+        "spec.domain.devices.disks[0].disk.bus: \"sata\" is not supported by ferrovirt: a microVM has only the virtio bus"
+    );
+    assert_eq!(errors[0].kind.cause_type(), "FieldValueNotSupported");
+}
+
+trait Pipe: Sized {
+    fn pipe<T>(self, f: impl FnOnce(Self) -> T) -> T {
+        f(self)
+    }
+}
+impl Pipe for Value {}

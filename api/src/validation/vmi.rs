@@ -1,0 +1,726 @@
+//! Validation of `VirtualMachineInstance` and of the VMI spec inside VM and replica set templates.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::domain::{Cpu, Devices, DomainSpec, Interface};
+use crate::other::reject_other;
+use crate::quantity;
+use crate::vmi::{VirtualMachineInstance, VirtualMachineInstanceSpec};
+use crate::volume::{Network, Volume};
+
+use super::{
+    check_dns_label, into_result, FieldError, Path, MAX_VCPUS, MAX_VIRTIO_DEVICES,
+    MIN_GUEST_MEMORY_BYTES,
+};
+
+const EVICTION_STRATEGIES: [&str; 4] = ["None", "LiveMigrate", "LiveMigrateIfPossible", "External"];
+const CPU_MODELS: [&str; 2] = ["host-passthrough", "host-model"];
+
+/// Validates a VMI.
+pub fn validate_vmi(vmi: &VirtualMachineInstance) -> Result<(), Vec<FieldError>> {
+    let mut errors = Vec::new();
+    validate_vmi_spec(&vmi.spec, &Path::root("spec"), &mut errors);
+    into_result(errors)
+}
+
+/// Validates an update of a VMI: the spec is immutable once created, as in KubeVirt.
+pub fn validate_vmi_update(
+    old: &VirtualMachineInstance,
+    new: &VirtualMachineInstance,
+) -> Result<(), Vec<FieldError>> {
+    if old.spec != new.spec {
+        return Err(vec![FieldError::forbidden(
+            Path::root("spec"),
+            "the spec of a VirtualMachineInstance cannot be changed after creation",
+        )]);
+    }
+    Ok(())
+}
+
+/// Validates a VMI spec found at `path` (`spec`, or `spec.template.spec` in a VM).
+pub fn validate_vmi_spec(
+    spec: &VirtualMachineInstanceSpec,
+    path: &Path,
+    errors: &mut Vec<FieldError>,
+) {
+    reject_other(&spec.other, "v1.VirtualMachineInstanceSpec", path, errors);
+    validate_domain(&spec.domain, &path.child("domain"), errors);
+    validate_volumes(spec, path, errors);
+    validate_networks(spec, path, errors);
+
+    if let Some(grace) = spec.termination_grace_period_seconds {
+        if grace < 0 {
+            errors.push(FieldError::invalid(
+                path.child("terminationGracePeriodSeconds"),
+                format!("{grace} must not be negative"),
+            ));
+        }
+    }
+    if let Some(strategy) = &spec.eviction_strategy {
+        if !EVICTION_STRATEGIES.contains(&strategy.as_str()) {
+            errors.push(FieldError::invalid(
+                path.child("evictionStrategy"),
+                format!("{strategy:?} must be one of {EVICTION_STRATEGIES:?}"),
+            ));
+        }
+    }
+    if let Some(strategy) = &spec.start_strategy {
+        if strategy != "Paused" {
+            errors.push(FieldError::invalid(
+                path.child("startStrategy"),
+                format!("{strategy:?} must be \"Paused\""),
+            ));
+        }
+    }
+    if let Some(arch) = &spec.architecture {
+        if arch != "amd64" {
+            errors.push(FieldError::value_not_supported(
+                path.child("architecture"),
+                arch,
+                "only amd64",
+            ));
+        }
+    }
+    if let Some(hostname) = &spec.hostname {
+        check_dns_label(hostname, path.child("hostname"), errors);
+    }
+    if let Some(subdomain) = &spec.subdomain {
+        check_dns_label(subdomain, path.child("subdomain"), errors);
+    }
+    let rng = usize::from(spec.domain.devices.rng.is_some());
+    let vsock = usize::from(spec.domain.devices.autoattach_vsock == Some(true));
+    let virtio =
+        spec.domain.devices.disks.len() + spec.domain.devices.interfaces.len() + rng + vsock;
+    if virtio > MAX_VIRTIO_DEVICES {
+        errors.push(FieldError::invalid(
+            path.child("domain").child("devices"),
+            format!("{virtio} virtio devices, at most {MAX_VIRTIO_DEVICES} fit a microVM"),
+        ));
+    }
+}
+
+fn validate_domain(domain: &DomainSpec, path: &Path, errors: &mut Vec<FieldError>) {
+    reject_other(&domain.other, "v1.DomainSpec", path, errors);
+    if let Some(cpu) = &domain.cpu {
+        validate_cpu(cpu, &path.child("cpu"), errors);
+    }
+    validate_memory(domain, path, errors);
+    if let Some(firmware) = &domain.firmware {
+        let path = path.child("firmware");
+        reject_other(&firmware.other, "v1.Firmware", &path, errors);
+        if let Some(kernel_boot) = &firmware.kernel_boot {
+            let path = path.child("kernelBoot");
+            reject_other(&kernel_boot.other, "v1.KernelBoot", &path, errors);
+            match &kernel_boot.container {
+                None if kernel_boot.kernel_args.is_some() => errors.push(FieldError::required(
+                    path.child("container"),
+                    "kernelArgs needs a container that holds the kernel",
+                )),
+                None => {}
+                Some(container) => {
+                    let path = path.child("container");
+                    reject_other(&container.other, "v1.KernelBootContainer", &path, errors);
+                    if container.image.is_empty() {
+                        errors.push(FieldError::required(
+                            path.child("image"),
+                            "must not be empty",
+                        ));
+                    }
+                    if container.kernel_path.is_none() && container.initrd_path.is_none() {
+                        errors.push(FieldError::required(
+                            path.child("kernelPath"),
+                            "one of kernelPath and initrdPath must be set",
+                        ));
+                    }
+                    for (field, value) in [
+                        ("kernelPath", &container.kernel_path),
+                        ("initrdPath", &container.initrd_path),
+                    ] {
+                        if let Some(value) = value {
+                            if !value.starts_with('/') || value.split('/').any(|c| c == "..") {
+                                errors.push(FieldError::invalid(
+                                    path.child(field),
+                                    format!("{value:?} must be an absolute path without '..'"),
+                                ));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    validate_devices(&domain.devices, &path.child("devices"), errors);
+}
+
+fn validate_cpu(cpu: &Cpu, path: &Path, errors: &mut Vec<FieldError>) {
+    reject_other(&cpu.other, "v1.CPU", path, errors);
+    for (field, value) in [
+        ("cores", cpu.cores),
+        ("sockets", cpu.sockets),
+        ("threads", cpu.threads),
+    ] {
+        if value == Some(0) {
+            errors.push(FieldError::invalid(path.child(field), "must be at least 1"));
+        }
+    }
+    let vcpus = cpu.vcpus();
+    if vcpus > MAX_VCPUS {
+        errors.push(FieldError::invalid(
+            path.clone(),
+            format!("{vcpus} vCPUs (cores x sockets x threads), at most {MAX_VCPUS}"),
+        ));
+    }
+    if let Some(model) = &cpu.model {
+        if !CPU_MODELS.contains(&model.as_str()) {
+            errors.push(FieldError::value_not_supported(
+                path.child("model"),
+                model,
+                "the guest sees the host's CPU: use host-passthrough or host-model",
+            ));
+        }
+    }
+}
+
+fn validate_memory(domain: &DomainSpec, path: &Path, errors: &mut Vec<FieldError>) {
+    let mut check = |q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity, at: Path| {
+        match quantity::to_u64(q) {
+            Ok(bytes) => Some((bytes, at)),
+            Err(e) => {
+                errors.push(FieldError::invalid(at, e.to_string()));
+                None
+            }
+        }
+    };
+    let guest = domain.memory.as_ref().and_then(|m| {
+        m.guest
+            .as_ref()
+            .and_then(|q| check(q, path.child("memory").child("guest")))
+    });
+    let resources_path = path.child("resources");
+    let mut requests = None;
+    let mut limits = None;
+    if let Some(resources) = &domain.resources {
+        for (name, map, slot) in [
+            ("requests", &resources.requests, &mut requests),
+            ("limits", &resources.limits, &mut limits),
+        ] {
+            let Some(map) = map else { continue };
+            for (resource, value) in map {
+                let at = resources_path.child(name).child(resource);
+                let parsed = check(value, at);
+                if resource == "memory" {
+                    *slot = parsed;
+                }
+            }
+        }
+    }
+    if let Some(memory) = &domain.memory {
+        reject_other(&memory.other, "v1.Memory", &path.child("memory"), errors);
+    }
+    if let Some(resources) = &domain.resources {
+        reject_other(
+            &resources.other,
+            "v1.ResourceRequirements",
+            &resources_path,
+            errors,
+        );
+    }
+    let Some((bytes, at)) = guest.clone().or(requests.clone()).or(limits.clone()) else {
+        let memory_given = domain.memory.as_ref().is_some_and(|m| m.guest.is_some())
+            || domain.resources.as_ref().is_some_and(|r| {
+                [&r.requests, &r.limits]
+                    .iter()
+                    .any(|m| m.as_ref().is_some_and(|m| m.contains_key("memory")))
+            });
+        if !memory_given {
+            errors.push(FieldError::required(
+                path.child("memory").child("guest"),
+                "guest memory is required: set memory.guest or resources.requests.memory",
+            ));
+        }
+        return;
+    };
+    if bytes < MIN_GUEST_MEMORY_BYTES {
+        errors.push(FieldError::invalid(
+            at,
+            format!(
+                "{bytes} bytes is below the minimum guest memory of {} MiB",
+                MIN_GUEST_MEMORY_BYTES >> 20
+            ),
+        ));
+    }
+    if let (Some((guest, at)), Some((limit, _))) = (&guest, &limits) {
+        if guest > limit {
+            errors.push(FieldError::invalid(
+                at.clone(),
+                format!("{guest} bytes is more than resources.limits.memory ({limit} bytes)"),
+            ));
+        }
+    }
+    if let (Some((request, at)), Some((limit, _))) = (&requests, &limits) {
+        if request > limit {
+            errors.push(FieldError::invalid(
+                at.clone(),
+                format!("{request} bytes is more than resources.limits.memory ({limit} bytes)"),
+            ));
+        }
+    }
+}
+
+fn validate_devices(devices: &Devices, path: &Path, errors: &mut Vec<FieldError>) {
+    reject_other(&devices.other, "v1.Devices", path, errors);
+    for (field, value) in [
+        ("autoattachMemBalloon", devices.autoattach_mem_balloon),
+        (
+            "autoattachGraphicsDevice",
+            devices.autoattach_graphics_device,
+        ),
+    ] {
+        if value == Some(true) {
+            errors.push(FieldError::value_not_supported(
+                path.child(field),
+                "true",
+                "a ferrovirt microVM has no such device; only false",
+            ));
+        }
+    }
+    if let Some(rng) = &devices.rng {
+        reject_other(&rng.other, "v1.Rng", &path.child("rng"), errors);
+    }
+
+    let disks = path.child("disks");
+    let mut names = BTreeSet::new();
+    let mut boot_orders = BTreeMap::new();
+    for (i, disk) in devices.disks.iter().enumerate() {
+        let at = disks.index(i);
+        reject_other(&disk.other, "v1.Disk", &at, errors);
+        check_dns_label(&disk.name, at.child("name"), errors);
+        if !disk.name.is_empty() && !names.insert(disk.name.as_str()) {
+            errors.push(FieldError::duplicate(at.child("name"), &disk.name));
+        }
+        if let Some(target) = &disk.disk {
+            reject_other(&target.other, "v1.DiskTarget", &at.child("disk"), errors);
+            if let Some(bus) = &target.bus {
+                if bus != "virtio" {
+                    errors.push(FieldError::value_not_supported(
+                        at.child("disk").child("bus"),
+                        bus,
+                        "a microVM has only the virtio bus",
+                    ));
+                }
+            }
+        }
+        if let Some(order) = disk.boot_order {
+            if order == 0 {
+                errors.push(FieldError::invalid(
+                    at.child("bootOrder"),
+                    "must be at least 1",
+                ));
+            } else if let Some(other) = boot_orders.insert(order, i) {
+                errors.push(FieldError::invalid(
+                    at.child("bootOrder"),
+                    format!("{order} is also the bootOrder of disks[{other}]"),
+                ));
+            }
+        }
+    }
+
+    let interfaces = path.child("interfaces");
+    let mut names = BTreeSet::new();
+    for (i, interface) in devices.interfaces.iter().enumerate() {
+        let at = interfaces.index(i);
+        validate_interface(interface, &at, errors);
+        if !interface.name.is_empty() && !names.insert(interface.name.as_str()) {
+            errors.push(FieldError::duplicate(at.child("name"), &interface.name));
+        }
+    }
+}
+
+fn validate_interface(interface: &Interface, at: &Path, errors: &mut Vec<FieldError>) {
+    reject_other(&interface.other, "v1.Interface", at, errors);
+    check_dns_label(&interface.name, at.child("name"), errors);
+    match &interface.masquerade {
+        Some(masquerade) => {
+            reject_other(
+                &masquerade.other,
+                "v1.InterfaceMasquerade",
+                &at.child("masquerade"),
+                errors,
+            );
+        }
+        None => {
+            // A binding KubeVirt has (bridge, sriov, ...) is already reported as not supported.
+            let other_binding = [
+                "bridge",
+                "sriov",
+                "slirp",
+                "macvtap",
+                "passt",
+                "passtBinding",
+                "binding",
+            ]
+            .iter()
+            .any(|b| interface.other.contains_key(*b));
+            if !other_binding {
+                errors.push(FieldError::required(
+                    at.child("masquerade"),
+                    "an interface needs a binding: masquerade",
+                ));
+            }
+        }
+    }
+    if let Some(model) = &interface.model {
+        if model != "virtio" {
+            errors.push(FieldError::value_not_supported(
+                at.child("model"),
+                model,
+                "a microVM has only virtio network devices",
+            ));
+        }
+    }
+    if let Some(mac) = &interface.mac_address {
+        if !is_unicast_mac(mac) {
+            errors.push(FieldError::invalid(
+                at.child("macAddress"),
+                format!("{mac:?} must be a unicast MAC address of the form 02:00:00:00:00:01"),
+            ));
+        }
+    }
+    for (j, port) in interface.ports.iter().enumerate() {
+        let at = at.child("ports").index(j);
+        reject_other(&port.other, "v1.Port", &at, errors);
+        if !(1..=65535).contains(&port.port) {
+            errors.push(FieldError::invalid(
+                at.child("port"),
+                format!("{} must be between 1 and 65535", port.port),
+            ));
+        }
+        if let Some(protocol) = &port.protocol {
+            if protocol != "TCP" && protocol != "UDP" {
+                errors.push(FieldError::invalid(
+                    at.child("protocol"),
+                    format!("{protocol:?} must be TCP or UDP"),
+                ));
+            }
+        }
+    }
+}
+
+fn is_unicast_mac(mac: &str) -> bool {
+    let bytes: Vec<_> = mac.split(':').collect();
+    bytes.len() == 6
+        && bytes
+            .iter()
+            .all(|b| b.len() == 2 && b.bytes().all(|c| c.is_ascii_hexdigit()))
+        && u8::from_str_radix(bytes[0], 16).is_ok_and(|first| first & 1 == 0)
+}
+
+fn validate_volumes(spec: &VirtualMachineInstanceSpec, path: &Path, errors: &mut Vec<FieldError>) {
+    let volumes_path = path.child("volumes");
+    let mut names = BTreeSet::new();
+    for (i, volume) in spec.volumes.iter().enumerate() {
+        let at = volumes_path.index(i);
+        validate_volume(volume, &at, errors);
+        if !volume.name.is_empty() && !names.insert(volume.name.as_str()) {
+            errors.push(FieldError::duplicate(at.child("name"), &volume.name));
+        }
+    }
+    let disk_names: BTreeSet<_> = spec
+        .domain
+        .devices
+        .disks
+        .iter()
+        .map(|d| d.name.as_str())
+        .collect();
+    let disks_path = path.child("domain").child("devices").child("disks");
+    for (i, disk) in spec.domain.devices.disks.iter().enumerate() {
+        if !disk.name.is_empty() && !names.contains(disk.name.as_str()) {
+            errors.push(FieldError::invalid(
+                disks_path.index(i).child("name"),
+                format!("{:?} has no volume of that name in spec.volumes", disk.name),
+            ));
+        }
+    }
+    for (i, volume) in spec.volumes.iter().enumerate() {
+        if !volume.name.is_empty() && !disk_names.contains(volume.name.as_str()) {
+            errors.push(FieldError::invalid(
+                volumes_path.index(i).child("name"),
+                format!(
+                    "{:?} is not used by any disk in spec.domain.devices.disks",
+                    volume.name
+                ),
+            ));
+        }
+    }
+}
+
+fn validate_volume(volume: &Volume, at: &Path, errors: &mut Vec<FieldError>) {
+    reject_other(&volume.other, "v1.Volume", at, errors);
+    check_dns_label(&volume.name, at.child("name"), errors);
+    let sources = volume.sources();
+    let other_source = !volume.other.is_empty();
+    match sources.len() {
+        0 if !other_source => errors.push(FieldError::required(
+            at.clone(),
+            "a volume source is required: containerDisk, cloudInitNoCloud, emptyDisk or \
+             persistentVolumeClaim",
+        )),
+        0 | 1 => {}
+        _ => errors.push(FieldError::invalid(
+            at.clone(),
+            format!("only one volume source may be set, found {sources:?}"),
+        )),
+    }
+    if let Some(source) = &volume.container_disk {
+        let at = at.child("containerDisk");
+        reject_other(&source.other, "v1.ContainerDiskSource", &at, errors);
+        if source.image.trim().is_empty() {
+            errors.push(FieldError::required(at.child("image"), "must not be empty"));
+        }
+        if let Some(disk_path) = &source.path {
+            if !disk_path.starts_with('/') || disk_path.split('/').any(|c| c == "..") {
+                errors.push(FieldError::invalid(
+                    at.child("path"),
+                    format!("{disk_path:?} must be an absolute path without '..'"),
+                ));
+            }
+        }
+        check_pull_policy(source.image_pull_policy.as_deref(), &at, errors);
+    }
+    if let Some(source) = &volume.cloud_init_no_cloud {
+        let at = at.child("cloudInitNoCloud");
+        reject_other(&source.other, "v1.CloudInitNoCloudSource", &at, errors);
+        let pairs = [
+            (
+                "userData",
+                &source.user_data,
+                "userDataBase64",
+                &source.user_data_base64,
+            ),
+            (
+                "networkData",
+                &source.network_data,
+                "networkDataBase64",
+                &source.network_data_base64,
+            ),
+        ];
+        for (plain, plain_value, encoded, encoded_value) in pairs {
+            if plain_value.is_some() && encoded_value.is_some() {
+                errors.push(FieldError::invalid(
+                    at.child(encoded),
+                    format!("only one of {plain} and {encoded} may be set"),
+                ));
+            }
+            if let Some(value) = encoded_value {
+                if let Err(e) = base64_decode(value) {
+                    errors.push(FieldError::invalid(at.child(encoded), e));
+                }
+            }
+        }
+        let secret_given = source.other.contains_key("secretRef");
+        if source.user_data.is_none() && source.user_data_base64.is_none() && !secret_given {
+            errors.push(FieldError::required(
+                at.child("userData"),
+                "one of userData and userDataBase64 is required",
+            ));
+        }
+    }
+    if let Some(source) = &volume.empty_disk {
+        let at = at.child("emptyDisk");
+        reject_other(&source.other, "v1.EmptyDiskSource", &at, errors);
+        match quantity::to_u64(&source.capacity) {
+            Ok(0) => errors.push(FieldError::invalid(
+                at.child("capacity"),
+                "must be more than 0",
+            )),
+            Ok(_) => {}
+            Err(e) => errors.push(FieldError::invalid(at.child("capacity"), e.to_string())),
+        }
+    }
+    if let Some(source) = &volume.persistent_volume_claim {
+        let at = at.child("persistentVolumeClaim");
+        reject_other(
+            &source.other,
+            "v1.PersistentVolumeClaimVolumeSource",
+            &at,
+            errors,
+        );
+        if source.claim_name.is_empty() {
+            errors.push(FieldError::required(
+                at.child("claimName"),
+                "must not be empty",
+            ));
+        }
+    }
+    if volume.data_volume.is_some() {
+        errors.push(FieldError::new(
+            at.child("dataVolume"),
+            super::FieldErrorKind::NotSupported,
+            "not supported by ferrovirt: DataVolumes need CDI; use a persistentVolumeClaim",
+        ));
+    }
+}
+
+fn check_pull_policy(policy: Option<&str>, at: &Path, errors: &mut Vec<FieldError>) {
+    if let Some(policy) = policy {
+        if !["Always", "IfNotPresent", "Never"].contains(&policy) {
+            errors.push(FieldError::invalid(
+                at.child("imagePullPolicy"),
+                format!("{policy:?} must be Always, IfNotPresent or Never"),
+            ));
+        }
+    }
+}
+
+fn validate_networks(spec: &VirtualMachineInstanceSpec, path: &Path, errors: &mut Vec<FieldError>) {
+    let networks_path = path.child("networks");
+    let mut names = BTreeSet::new();
+    let mut pod_networks = 0;
+    for (i, network) in spec.networks.iter().enumerate() {
+        let at = networks_path.index(i);
+        validate_network(network, &at, errors);
+        if network.pod.is_some() {
+            pod_networks += 1;
+            if pod_networks > 1 {
+                errors.push(FieldError::invalid(
+                    at.child("pod"),
+                    "only one pod network is allowed",
+                ));
+            }
+        }
+        if !network.name.is_empty() && !names.insert(network.name.as_str()) {
+            errors.push(FieldError::duplicate(at.child("name"), &network.name));
+        }
+    }
+    let interfaces_path = path.child("domain").child("devices").child("interfaces");
+    let interface_names: BTreeSet<_> = spec
+        .domain
+        .devices
+        .interfaces
+        .iter()
+        .map(|i| i.name.as_str())
+        .collect();
+    for (i, interface) in spec.domain.devices.interfaces.iter().enumerate() {
+        if !interface.name.is_empty() && !names.contains(interface.name.as_str()) {
+            errors.push(FieldError::invalid(
+                interfaces_path.index(i).child("name"),
+                format!(
+                    "{:?} has no network of that name in spec.networks",
+                    interface.name
+                ),
+            ));
+        }
+    }
+    for (i, network) in spec.networks.iter().enumerate() {
+        if !network.name.is_empty() && !interface_names.contains(network.name.as_str()) {
+            errors.push(FieldError::invalid(
+                networks_path.index(i).child("name"),
+                format!(
+                    "{:?} is not used by any interface in spec.domain.devices.interfaces",
+                    network.name
+                ),
+            ));
+        }
+    }
+}
+
+fn validate_network(network: &Network, at: &Path, errors: &mut Vec<FieldError>) {
+    reject_other(&network.other, "v1.Network", at, errors);
+    check_dns_label(&network.name, at.child("name"), errors);
+    match &network.pod {
+        Some(pod) => {
+            let at = at.child("pod");
+            reject_other(&pod.other, "v1.PodNetwork", &at, errors);
+            if let Some(cidr) = &pod.vm_network_cidr {
+                if let Err(e) = parse_ipv4_cidr(cidr) {
+                    errors.push(FieldError::invalid(at.child("vmNetworkCIDR"), e));
+                }
+            }
+        }
+        None if network.other.is_empty() => errors.push(FieldError::required(
+            at.child("pod"),
+            "a network source is required: pod",
+        )),
+        None => {}
+    }
+}
+
+/// Parses `a.b.c.d/n` with a prefix that leaves room for a gateway and a guest (n <= 30).
+pub fn parse_ipv4_cidr(cidr: &str) -> Result<(std::net::Ipv4Addr, u8), String> {
+    let bad =
+        || format!("{cidr:?} must be an IPv4 CIDR such as 10.0.2.0/24 with a prefix of at most 30");
+    let (addr, prefix) = cidr.split_once('/').ok_or_else(bad)?;
+    let addr: std::net::Ipv4Addr = addr.parse().map_err(|_| bad())?;
+    let prefix: u8 = prefix.parse().map_err(|_| bad())?;
+    if prefix > 30 {
+        return Err(bad());
+    }
+    Ok((addr, prefix))
+}
+
+/// Decodes standard base64 (with or without padding, whitespace ignored).
+pub fn base64_decode(text: &str) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    let mut buffer = 0u32;
+    let mut bits = 0;
+    let mut padding = 0;
+    for c in text.bytes().filter(|c| !c.is_ascii_whitespace()) {
+        let value = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            b'=' => {
+                padding += 1;
+                continue;
+            }
+            _ => return Err(format!("not base64: unexpected character {:?}", c as char)),
+        };
+        if padding > 0 {
+            return Err("not base64: data after '='".to_string());
+        }
+        buffer = (buffer << 6) | u32::from(value);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((buffer >> bits) as u8);
+        }
+    }
+    if padding > 2 || bits >= 6 {
+        return Err("not base64: bad length".to_string());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_round_trips_known_values() {
+        assert_eq!(base64_decode("aGVsbG8=").unwrap(), b"hello");
+        assert_eq!(base64_decode("aGVsbG8").unwrap(), b"hello");
+        assert_eq!(base64_decode("aGVs\nbG8h").unwrap(), b"hello!");
+        assert!(base64_decode("aGVsbG8*").is_err());
+        assert!(base64_decode("a").is_err());
+    }
+
+    #[test]
+    fn cidr_parsing() {
+        assert_eq!(
+            parse_ipv4_cidr("10.0.2.0/24"),
+            Ok(("10.0.2.0".parse().unwrap(), 24))
+        );
+        assert!(parse_ipv4_cidr("10.0.2.0/31").is_err());
+        assert!(parse_ipv4_cidr("10.0.2.0").is_err());
+        assert!(parse_ipv4_cidr("fd10::/64").is_err());
+    }
+
+    #[test]
+    fn mac_checks() {
+        assert!(is_unicast_mac("02:00:00:00:00:01"));
+        assert!(!is_unicast_mac("01:00:00:00:00:01"));
+        assert!(!is_unicast_mac("02:00:00:00:00"));
+    }
+}

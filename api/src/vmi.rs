@@ -1,0 +1,267 @@
+//! `VirtualMachineInstance`: one running VM (`kubevirt.io/v1`).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Affinity, Toleration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::condition::Condition;
+use crate::domain::DomainSpec;
+use crate::other::Other;
+use crate::volume::{Network, Volume};
+
+/// The desired state of a VMI (`v1.VirtualMachineInstanceSpec`).
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "kubevirt.io",
+    version = "v1",
+    derive = "PartialEq",
+    doc = "A virtual machine instance: one running VM (kubevirt.io/v1).",
+    kind = "VirtualMachineInstance",
+    plural = "virtualmachineinstances",
+    singular = "virtualmachineinstance",
+    namespaced,
+    status = "VirtualMachineInstanceStatus",
+    shortname = "vmi",
+    shortname = "vmis",
+    category = "all",
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "IP",
+        type_ = "string",
+        json_path = ".status.interfaces[0].ipAddress"
+    ),
+    printcolumn(name = "NodeName", type_ = "string", json_path = ".status.nodeName"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type=='Ready')].status"
+    ),
+    printcolumn(
+        name = "Live-Migratable",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type=='LiveMigratable')].status",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Paused",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type=='Paused')].status",
+        priority = 1
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct VirtualMachineInstanceSpec {
+    /// The VM's virtual hardware.
+    pub domain: DomainSpec,
+    /// Volumes that back the disks, matched by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<Volume>,
+    /// Networks that the interfaces connect to, matched by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub networks: Vec<Network>,
+    /// Copied to the launcher Pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<BTreeMap<String, String>>,
+    /// Copied to the launcher Pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    /// Copied to the launcher Pod.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// Seconds the guest gets to power off after a graceful shutdown request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub termination_grace_period_seconds: Option<i64>,
+    /// `None`, `LiveMigrate`, `LiveMigrateIfPossible` or `External`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eviction_strategy: Option<String>,
+    /// `Paused` starts the VM paused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_strategy: Option<String>,
+    /// The guest's hostname; the VMI name when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subdomain: Option<String>,
+    /// Copied to the launcher Pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler_name: Option<String>,
+    /// Copied to the launcher Pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+    /// `amd64` (the only architecture Ferrovirt runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub architecture: Option<String>,
+    #[serde(flatten)]
+    pub other: Other,
+}
+
+/// Phases of a VMI, as KubeVirt names them.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+pub enum VmiPhase {
+    Pending,
+    Scheduling,
+    Scheduled,
+    Running,
+    Succeeded,
+    Failed,
+    Unknown,
+}
+
+impl VmiPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VmiPhase::Pending => "Pending",
+            VmiPhase::Scheduling => "Scheduling",
+            VmiPhase::Scheduled => "Scheduled",
+            VmiPhase::Running => "Running",
+            VmiPhase::Succeeded => "Succeeded",
+            VmiPhase::Failed => "Failed",
+            VmiPhase::Unknown => "Unknown",
+        }
+    }
+
+    /// Succeeded and Failed are final: a VMI never leaves them.
+    pub fn is_final(self) -> bool {
+        matches!(self, VmiPhase::Succeeded | VmiPhase::Failed)
+    }
+}
+
+/// The observed state of a VMI (`v1.VirtualMachineInstanceStatus`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VirtualMachineInstanceStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<VmiPhase>,
+    /// Why the VMI is in its phase (set for Failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interfaces: Vec<VmiNetworkInterface>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration_state: Option<MigrationState>,
+    /// `BlockMigration` or `LiveMigration`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration_method: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "guestOSInfo")]
+    pub guest_os_info: Option<GuestOsInfo>,
+    /// When the VMI entered each phase.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub phase_transition_timestamps: Vec<PhaseTransitionTimestamp>,
+    /// UIDs of the launcher Pods and the nodes they run on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_pods: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launcher_container_image_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos_class: Option<String>,
+    #[serde(rename = "VSOCKCID", default, skip_serializing_if = "Option::is_none")]
+    pub vsock_cid: Option<u32>,
+    #[serde(flatten)]
+    pub other: Other,
+}
+
+/// A guest interface as seen from the host (`v1.VirtualMachineInstanceNetworkInterface`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VmiNetworkInterface {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip_address: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ip_addresses: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interface_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_interface_name: Option<String>,
+    /// `domain`, `guest-agent`, ... where the information comes from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub info_source: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_state: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_count: Option<i32>,
+}
+
+/// The state of the VMI's current or last migration (`v1.VirtualMachineInstanceMigrationState`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MigrationState {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration_uid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_node: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_pod: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_node: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_pod: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_node_address: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_timestamp: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_timestamp: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abort_requested: Option<bool>,
+    /// `PreCopy` (the only mode Ferrovirt has).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    #[serde(flatten)]
+    pub other: Other,
+}
+
+/// What the guest reports about its OS (`v1.VirtualMachineInstanceGuestOSInfo`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GuestOsInfo {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pretty_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_release: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<String>,
+}
+
+/// When a VMI entered a phase (`v1.VirtualMachineInstancePhaseTransitionTimestamp`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PhaseTransitionTimestamp {
+    pub phase: VmiPhase,
+    pub phase_transition_timestamp: Time,
+}
