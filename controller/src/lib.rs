@@ -1,3 +1,18 @@
-//! virt-controller: reconciles `VirtualMachine` -> `VirtualMachineInstance`, VMI -> launcher Pod,
-//! migrations and replica sets. Not written yet (issue "virt-controller and virt-handler").
+//! virt-controller: reconciles `VirtualMachine` -> `VirtualMachineInstance` and VMI -> launcher
+//! Pod. Planning is pure (`pod::render_launcher_pod`, `vm::plan`, `vmi::plan`) and unit-tested;
+//! the reconcilers only read, plan and apply.
 #![forbid(unsafe_code)]
+
+pub mod config;
+pub mod context;
+mod error;
+pub mod lease;
+pub mod pod;
+pub mod run;
+pub mod vm;
+pub mod vmi;
+
+pub use error::Error;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,26 @@
+//! virt-controller: leader election, then the VM and VMI controllers.
+
+use std::process::ExitCode;
+
+use controller::config::ClusterConfig;
+use controller::lease::LeaderLease;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let client = match kube::Client::try_default().await {
+        Ok(client) => client,
+        Err(e) => {
+            eprintln!("virt-controller: no Kubernetes client: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "kubevirt".into());
+    let identity = std::env::var("POD_NAME")
+        .unwrap_or_else(|_| format!("virt-controller-{}", std::process::id()));
+    let lease = LeaderLease::new(client.clone(), &namespace, "virt-controller", &identity);
+    lease.acquire().await;
+    tokio::spawn(lease.keep());
+    controller::run::run_controllers(client, ClusterConfig::from_env()).await;
+    ExitCode::SUCCESS
+}

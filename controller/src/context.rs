@@ -1,0 +1,67 @@
+//! What every reconciler shares: the client, the event recorder and the cluster config, which
+//! follows the KubeVirt CR without a restart.
+
+use std::sync::Arc;
+
+use api::KubeVirt;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::Store;
+use kube::{Client, Resource};
+
+use crate::config::ClusterConfig;
+
+pub struct Context {
+    pub client: Client,
+    recorder: Recorder,
+    /// The KubeVirt CRs (normally one), watched.
+    kubevirts: Store<KubeVirt>,
+    base: ClusterConfig,
+}
+
+impl Context {
+    pub fn new(client: Client, kubevirts: Store<KubeVirt>, base: ClusterConfig) -> Arc<Self> {
+        let reporter = Reporter {
+            controller: "virt-controller".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Arc::new(Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            kubevirts,
+            base,
+        })
+    }
+
+    /// The config in force now: the environment's, with the KubeVirt CR's configuration.
+    pub fn config(&self) -> ClusterConfig {
+        let mut cfg = self.base.clone();
+        if let Some(kv) = self.kubevirts.state().first() {
+            cfg.apply_kubevirt(kv);
+        }
+        cfg
+    }
+
+    /// Records an event on `object`; a failure to record is logged, never fatal.
+    pub async fn event<K: Resource<DynamicType = ()>>(
+        &self,
+        object: &K,
+        warning: bool,
+        reason: &str,
+        note: String,
+    ) {
+        let event = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.into(),
+            note: Some(note),
+            action: reason.into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &object.object_ref(&())).await {
+            log::warn!("cannot record event {reason}: {e}");
+        }
+    }
+}

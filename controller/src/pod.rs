@@ -1,0 +1,387 @@
+//! The launcher Pod of a VMI: one pure function of the VMI and the cluster config.
+//!
+//! Layout of the Pod (KubeVirt's, adapted to direct kernel boot):
+//! - init container `container-disk-binary` (launcher image) copies a static busybox into the
+//!   `container-disk-binary` emptyDir;
+//! - one init container `volume<NAME>-init` per containerDisk, running the containerDisk image
+//!   itself with that busybox, copies the image's `/disk/` into the `container-disks` emptyDir
+//!   at `/var/run/kubevirt/container-disks/<NAME>/`: the guest writes to that copy, never to
+//!   the image;
+//! - the same for a kernelBoot container, into `/var/run/kubevirt/kernel-boot/`;
+//! - container `compute` runs virt-launcher with the VMI's memory plus overhead, the
+//!   `devices.kubevirt.io/kvm` and `devices.kubevirt.io/tun` device-plugin resources, and the
+//!   socket directory shared with virt-handler through a hostPath.
+
+use std::collections::BTreeMap;
+
+use api::domain::KernelBootContainer;
+use api::quantity;
+use api::VirtualMachineInstance;
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, EmptyDirVolumeSource, HostPathVolumeSource,
+    PersistentVolumeClaimVolumeSource, Pod, PodSpec, ResourceRequirements, SecurityContext, Volume,
+    VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::Resource;
+
+use crate::config::ClusterConfig;
+
+/// Label on every launcher Pod.
+pub const APP_LABEL: &str = "kubevirt.io";
+pub const APP_LABEL_VALUE: &str = "virt-launcher";
+/// Label with the UID of the VMI a launcher Pod belongs to.
+pub const CREATED_BY_LABEL: &str = "kubevirt.io/created-by";
+/// Label with the VMI's name.
+pub const VMI_NAME_LABEL: &str = "vm.kubevirt.io/name";
+/// Annotation with the VMI's name (KubeVirt's `kubevirt.io/domain`).
+pub const DOMAIN_ANNOTATION: &str = "kubevirt.io/domain";
+/// Label virt-handler puts on nodes that can run VMs.
+pub const SCHEDULABLE_LABEL: &str = "kubevirt.io/schedulable";
+/// Device-plugin resources served by virt-handler.
+pub const KVM_RESOURCE: &str = "devices.kubevirt.io/kvm";
+pub const TUN_RESOURCE: &str = "devices.kubevirt.io/tun";
+
+/// Where virt-handler and the launchers share sockets on the host; one directory per VMI UID.
+pub const HOST_SOCKET_ROOT: &str = "/var/run/kubevirt/sockets";
+/// Where the launcher sees its socket directory.
+pub const LAUNCHER_SOCKET_DIR: &str = "/var/run/kubevirt/sockets";
+/// Where the launcher finds containerDisk copies: `<this>/<volume name>/<file>`.
+pub const CONTAINER_DISK_DIR: &str = "/var/run/kubevirt/container-disks";
+/// Where the launcher finds a kernelBoot kernel and initrd: `<this>/<file name>`.
+pub const KERNEL_BOOT_DIR: &str = "/var/run/kubevirt/kernel-boot";
+/// Where the launcher keeps the disks it makes (cloud-init, emptyDisk).
+pub const PRIVATE_DIR: &str = "/var/run/kubevirt-private";
+/// Where PVC volumes are mounted: `<this>/<volume name>/disk.img`, as in KubeVirt.
+pub const PVC_DISK_DIR: &str = "/var/run/kubevirt-private/vmi-disks";
+/// The static busybox the init containers use inside containerDisk images (which hold no
+/// binaries of their own).
+const BUSYBOX_DIR: &str = "/var/run/kubevirt/container-disk-binary";
+const BUSYBOX_IN_LAUNCHER_IMAGE: &str = "/bin/busybox";
+
+/// Why a Pod cannot be rendered for a VMI.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RenderError {
+    #[error("the VMI has no UID yet")]
+    NoUid,
+    #[error("spec.domain.memory.guest: {0}")]
+    Memory(String),
+}
+
+/// Renders the launcher Pod of `vmi`.
+pub fn render_launcher_pod(
+    vmi: &VirtualMachineInstance,
+    cfg: &ClusterConfig,
+) -> Result<Pod, RenderError> {
+    let name = vmi.metadata.name.clone().unwrap_or_default();
+    let namespace = vmi.metadata.namespace.clone();
+    let uid = vmi.metadata.uid.clone().ok_or(RenderError::NoUid)?;
+    let guest_memory = guest_memory_bytes(vmi).map_err(RenderError::Memory)?;
+
+    let mut labels = vmi.metadata.labels.clone().unwrap_or_default();
+    labels.insert(APP_LABEL.into(), APP_LABEL_VALUE.into());
+    labels.insert(CREATED_BY_LABEL.into(), uid.clone());
+    labels.insert(VMI_NAME_LABEL.into(), name.clone());
+
+    let mut volumes = vec![
+        host_path_volume("sockets", &format!("{HOST_SOCKET_ROOT}/{uid}")),
+        empty_dir_volume("private"),
+        empty_dir_volume("container-disk-binary"),
+        empty_dir_volume("container-disks"),
+    ];
+    let mut compute_mounts = vec![
+        mount("sockets", LAUNCHER_SOCKET_DIR, false),
+        mount("private", PRIVATE_DIR, false),
+        mount("container-disks", CONTAINER_DISK_DIR, false),
+    ];
+
+    let mut init_containers = vec![Container {
+        name: "container-disk-binary".into(),
+        image: Some(cfg.launcher_image.clone()),
+        image_pull_policy: Some(cfg.image_pull_policy.clone()),
+        command: Some(vec![
+            BUSYBOX_IN_LAUNCHER_IMAGE.into(),
+            "cp".into(),
+            BUSYBOX_IN_LAUNCHER_IMAGE.into(),
+            format!("{BUSYBOX_DIR}/busybox"),
+        ]),
+        volume_mounts: Some(vec![mount("container-disk-binary", BUSYBOX_DIR, false)]),
+        resources: Some(small_resources()),
+        ..Container::default()
+    }];
+    for volume in &vmi.spec.volumes {
+        if let Some(disk) = &volume.container_disk {
+            let target = format!("{CONTAINER_DISK_DIR}/{}", volume.name);
+            init_containers.push(copy_container(
+                &format!("volume{}-init", volume.name),
+                &disk.image,
+                disk.image_pull_policy
+                    .as_deref()
+                    .unwrap_or(&cfg.image_pull_policy),
+                vec![
+                    format!("mkdir -p {target}"),
+                    format!("cp -r /disk/. {target}/"),
+                ],
+                "container-disks",
+                CONTAINER_DISK_DIR,
+            ));
+        }
+        if let Some(pvc) = &volume.persistent_volume_claim {
+            volumes.push(Volume {
+                name: format!("pvc-{}", volume.name),
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: pvc.claim_name.clone(),
+                    read_only: pvc.read_only,
+                }),
+                ..Volume::default()
+            });
+            compute_mounts.push(mount(
+                &format!("pvc-{}", volume.name),
+                &format!("{PVC_DISK_DIR}/{}", volume.name),
+                pvc.read_only == Some(true),
+            ));
+        }
+    }
+    if let Some(container) = kernel_boot_container(vmi) {
+        volumes.push(empty_dir_volume("kernel-boot"));
+        compute_mounts.push(mount("kernel-boot", KERNEL_BOOT_DIR, true));
+        let mut script = Vec::new();
+        for path in [&container.kernel_path, &container.initrd_path]
+            .into_iter()
+            .flatten()
+        {
+            script.push(format!("cp {path} {KERNEL_BOOT_DIR}/"));
+        }
+        init_containers.push(copy_container(
+            "kernel-boot",
+            &container.image,
+            container
+                .image_pull_policy
+                .as_deref()
+                .unwrap_or(&cfg.image_pull_policy),
+            script,
+            "kernel-boot",
+            KERNEL_BOOT_DIR,
+        ));
+    }
+
+    let memory_request = guest_memory + memory_overhead_bytes(vmi, cfg);
+    let mut requests = BTreeMap::from([
+        ("memory".to_string(), Quantity(memory_request.to_string())),
+        ("cpu".to_string(), Quantity(cfg.cpu_request.clone())),
+        (TUN_RESOURCE.to_string(), Quantity("1".into())),
+    ]);
+    let mut limits = BTreeMap::from([(TUN_RESOURCE.to_string(), Quantity("1".into()))]);
+    if !cfg.use_emulation {
+        requests.insert(KVM_RESOURCE.into(), Quantity("1".into()));
+        limits.insert(KVM_RESOURCE.into(), Quantity("1".into()));
+    }
+    if let Some(resources) = &vmi.spec.domain.resources {
+        if let Some(user_limits) = &resources.limits {
+            for (resource, value) in user_limits {
+                limits.insert(resource.clone(), value.clone());
+            }
+        }
+        if let Some(user_requests) = &resources.requests {
+            if let Some(cpu) = user_requests.get("cpu") {
+                requests.insert("cpu".into(), cpu.clone());
+            }
+        }
+    }
+
+    let compute = Container {
+        name: "compute".into(),
+        image: Some(cfg.launcher_image.clone()),
+        image_pull_policy: Some(cfg.image_pull_policy.clone()),
+        command: Some(vec![
+            "/usr/bin/virt-launcher".into(),
+            "--socket-dir".into(),
+            LAUNCHER_SOCKET_DIR.into(),
+            "--name".into(),
+            name.clone(),
+            "--namespace".into(),
+            namespace.clone().unwrap_or_default(),
+            "--uid".into(),
+            uid.clone(),
+        ]),
+        resources: Some(ResourceRequirements {
+            requests: Some(requests),
+            limits: Some(limits),
+            ..ResourceRequirements::default()
+        }),
+        security_context: Some(SecurityContext {
+            capabilities: Some(Capabilities {
+                // The tap device, the bridge and NAT of the masquerade binding are set up in the
+                // Pod's own network namespace.
+                add: Some(vec!["NET_ADMIN".into(), "NET_RAW".into()]),
+                drop: None,
+            }),
+            ..SecurityContext::default()
+        }),
+        volume_mounts: Some(compute_mounts),
+        ..Container::default()
+    };
+
+    let mut node_selector = vmi.spec.node_selector.clone().unwrap_or_default();
+    node_selector.insert(SCHEDULABLE_LABEL.into(), "true".into());
+    let grace = vmi
+        .spec
+        .termination_grace_period_seconds
+        .unwrap_or(api::defaults::DEFAULT_GRACE_PERIOD_SECONDS);
+
+    Ok(Pod {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("virt-launcher-{name}-")),
+            namespace,
+            labels: Some(labels),
+            annotations: Some(BTreeMap::from([(
+                DOMAIN_ANNOTATION.to_string(),
+                name.clone(),
+            )])),
+            owner_references: Some(vec![owner_reference(vmi, &uid)]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![compute],
+            init_containers: Some(init_containers),
+            volumes: Some(volumes),
+            restart_policy: Some("Never".into()),
+            // The launcher needs the guest's grace period plus time to tear down.
+            termination_grace_period_seconds: Some(grace + 15),
+            node_selector: Some(node_selector),
+            affinity: vmi.spec.affinity.clone(),
+            tolerations: (!vmi.spec.tolerations.is_empty()).then(|| vmi.spec.tolerations.clone()),
+            scheduler_name: vmi.spec.scheduler_name.clone(),
+            priority_class_name: vmi.spec.priority_class_name.clone(),
+            hostname: Some(vmi.spec.hostname.clone().unwrap_or_else(|| name.clone())),
+            subdomain: vmi.spec.subdomain.clone(),
+            automount_service_account_token: Some(false),
+            enable_service_links: Some(false),
+            ..PodSpec::default()
+        }),
+        status: None,
+    })
+}
+
+/// Guest memory in bytes: `memory.guest`, else `resources.requests.memory`, else limits.
+pub fn guest_memory_bytes(vmi: &VirtualMachineInstance) -> Result<u64, String> {
+    let domain = &vmi.spec.domain;
+    let from_resources =
+        |pick: fn(&api::domain::ResourceRequirements) -> &Option<BTreeMap<String, Quantity>>| {
+            domain
+                .resources
+                .as_ref()
+                .and_then(|r| pick(r).as_ref())
+                .and_then(|m| m.get("memory"))
+        };
+    let quantity = domain
+        .memory
+        .as_ref()
+        .and_then(|m| m.guest.as_ref())
+        .or_else(|| from_resources(|r| &r.requests))
+        .or_else(|| from_resources(|r| &r.limits))
+        .ok_or_else(|| "no guest memory is set".to_string())?;
+    quantity::to_u64(quantity).map_err(|e| e.to_string())
+}
+
+/// Memory the launcher needs besides guest RAM: the launcher process, and with the TCG
+/// fallback QEMU and its translation cache; plus page tables (~1/512 of guest RAM).
+pub fn memory_overhead_bytes(vmi: &VirtualMachineInstance, cfg: &ClusterConfig) -> u64 {
+    let guest = guest_memory_bytes(vmi).unwrap_or(0);
+    let base = cfg.launcher_overhead_bytes;
+    let emulation = if cfg.use_emulation || cfg.assume_tcg_possible {
+        cfg.tcg_overhead_bytes
+    } else {
+        0
+    };
+    base + emulation + guest / 512
+}
+
+fn kernel_boot_container(vmi: &VirtualMachineInstance) -> Option<&KernelBootContainer> {
+    vmi.spec
+        .domain
+        .firmware
+        .as_ref()?
+        .kernel_boot
+        .as_ref()?
+        .container
+        .as_ref()
+}
+
+fn copy_container(
+    name: &str,
+    image: &str,
+    pull_policy: &str,
+    script: Vec<String>,
+    volume: &str,
+    mount_path: &str,
+) -> Container {
+    let busybox = format!("{BUSYBOX_DIR}/busybox");
+    Container {
+        name: name.into(),
+        image: Some(image.into()),
+        image_pull_policy: Some(pull_policy.into()),
+        command: Some(vec![
+            busybox.clone(),
+            "sh".into(),
+            "-euc".into(),
+            script.join(" && "),
+        ]),
+        volume_mounts: Some(vec![
+            mount("container-disk-binary", BUSYBOX_DIR, true),
+            mount(volume, mount_path, false),
+        ]),
+        resources: Some(small_resources()),
+        ..Container::default()
+    }
+}
+
+fn small_resources() -> ResourceRequirements {
+    ResourceRequirements {
+        requests: Some(BTreeMap::from([
+            ("cpu".to_string(), Quantity("10m".into())),
+            ("memory".to_string(), Quantity("16Mi".into())),
+        ])),
+        ..ResourceRequirements::default()
+    }
+}
+
+fn owner_reference(vmi: &VirtualMachineInstance, uid: &str) -> OwnerReference {
+    OwnerReference {
+        api_version: VirtualMachineInstance::api_version(&()).into_owned(),
+        kind: VirtualMachineInstance::kind(&()).into_owned(),
+        name: vmi.metadata.name.clone().unwrap_or_default(),
+        uid: uid.to_string(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+fn host_path_volume(name: &str, path: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        host_path: Some(HostPathVolumeSource {
+            path: path.into(),
+            type_: Some("DirectoryOrCreate".into()),
+        }),
+        ..Volume::default()
+    }
+}
+
+fn empty_dir_volume(name: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Volume::default()
+    }
+}
+
+fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: read_only.then_some(true),
+        ..VolumeMount::default()
+    }
+}

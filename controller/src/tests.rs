@@ -1,0 +1,5 @@
+//! Unit tests of the pure planning functions, without a cluster.
+
+mod pod;
+mod vm_plan;
+mod vmi_plan;

@@ -1,0 +1,214 @@
+use api::VirtualMachineInstance;
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::json;
+
+use crate::config::ClusterConfig;
+use crate::pod::*;
+
+fn vmi() -> VirtualMachineInstance {
+    let mut vmi: VirtualMachineInstance = serde_json::from_value(json!({
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": {"name": "testvmi", "namespace": "default", "uid": "1234-abcd",
+                     "labels": {"app": "demo"}},
+        "spec": {
+            "domain": {"devices": {"disks": [{"name": "containerdisk"}, {"name": "data"}]},
+                       "memory": {"guest": "128Mi"}},
+            "nodeSelector": {"disk": "ssd"},
+            "tolerations": [{"key": "k", "operator": "Exists"}],
+            "terminationGracePeriodSeconds": 10,
+            "volumes": [
+                {"name": "containerdisk", "containerDisk": {"image": "quay.io/kubevirt/cirros-container-disk-demo:latest"}},
+                {"name": "data", "persistentVolumeClaim": {"claimName": "disk-alpine"}}
+            ]
+        }
+    }))
+    .unwrap();
+    api::defaults::default_vmi(&mut vmi);
+    vmi
+}
+
+fn render(vmi: &VirtualMachineInstance, cfg: &ClusterConfig) -> Pod {
+    render_launcher_pod(vmi, cfg).unwrap()
+}
+
+fn compute(pod: &Pod) -> &k8s_openapi::api::core::v1::Container {
+    pod.spec
+        .as_ref()
+        .unwrap()
+        .containers
+        .iter()
+        .find(|c| c.name == "compute")
+        .unwrap()
+}
+
+#[test]
+fn labels_owner_and_scheduling_come_from_the_vmi() {
+    let pod = render(&vmi(), &ClusterConfig::default());
+    let meta = &pod.metadata;
+    assert_eq!(
+        meta.generate_name.as_deref(),
+        Some("virt-launcher-testvmi-")
+    );
+    assert_eq!(meta.namespace.as_deref(), Some("default"));
+    let labels = meta.labels.as_ref().unwrap();
+    assert_eq!(labels["app"], "demo");
+    assert_eq!(labels[APP_LABEL], "virt-launcher");
+    assert_eq!(labels[CREATED_BY_LABEL], "1234-abcd");
+    let owner = &meta.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str()),
+        ("VirtualMachineInstance", "1234-abcd")
+    );
+    assert_eq!(owner.controller, Some(true));
+    let spec = pod.spec.as_ref().unwrap();
+    let selector = spec.node_selector.as_ref().unwrap();
+    assert_eq!(selector["disk"], "ssd");
+    assert_eq!(selector[SCHEDULABLE_LABEL], "true");
+    assert_eq!(
+        spec.tolerations.as_ref().unwrap()[0].key.as_deref(),
+        Some("k")
+    );
+    assert_eq!(spec.termination_grace_period_seconds, Some(25));
+    assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+}
+
+#[test]
+fn resources_are_guest_memory_plus_overhead_and_device_plugins() {
+    let cfg = ClusterConfig::default();
+    let pod = render(&vmi(), &cfg);
+    let resources = compute(&pod).resources.as_ref().unwrap();
+    let requests = resources.requests.as_ref().unwrap();
+    let memory: u64 = requests["memory"].0.parse().unwrap();
+    let overhead = cfg.launcher_overhead_bytes + cfg.tcg_overhead_bytes + (128 << 20) / 512;
+    assert_eq!(memory, (128 << 20) + overhead);
+    assert_eq!(requests[KVM_RESOURCE].0, "1");
+    assert_eq!(requests[TUN_RESOURCE].0, "1");
+    let limits = resources.limits.as_ref().unwrap();
+    assert_eq!(limits[KVM_RESOURCE].0, "1");
+
+    let emulation = ClusterConfig {
+        use_emulation: true,
+        ..ClusterConfig::default()
+    };
+    let pod = render(&vmi(), &emulation);
+    let requests = compute(&pod)
+        .resources
+        .as_ref()
+        .unwrap()
+        .requests
+        .clone()
+        .unwrap();
+    assert!(
+        !requests.contains_key(KVM_RESOURCE),
+        "no /dev/kvm under useEmulation"
+    );
+    assert!(requests.contains_key(TUN_RESOURCE));
+
+    let kvm_only = ClusterConfig {
+        assume_tcg_possible: false,
+        ..ClusterConfig::default()
+    };
+    let pod = render(&vmi(), &kvm_only);
+    let memory: u64 = compute(&pod)
+        .resources
+        .as_ref()
+        .unwrap()
+        .requests
+        .as_ref()
+        .unwrap()["memory"]
+        .0
+        .parse()
+        .unwrap();
+    assert_eq!(
+        memory,
+        (128 << 20) + kvm_only.launcher_overhead_bytes + (128 << 20) / 512
+    );
+}
+
+#[test]
+fn container_disks_become_init_containers_that_copy_the_image() {
+    let pod = render(&vmi(), &ClusterConfig::default());
+    let init = pod.spec.as_ref().unwrap().init_containers.clone().unwrap();
+    let names: Vec<_> = init.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["container-disk-binary", "volumecontainerdisk-init"]);
+    let copy = &init[1];
+    assert_eq!(
+        copy.image.as_deref(),
+        Some("quay.io/kubevirt/cirros-container-disk-demo:latest")
+    );
+    let command = copy.command.as_ref().unwrap().join(" ");
+    assert!(
+        command.contains("cp -r /disk/. /var/run/kubevirt/container-disks/containerdisk/"),
+        "{command}"
+    );
+}
+
+#[test]
+fn pvcs_and_sockets_are_mounted_where_the_launcher_looks() {
+    let pod = render(&vmi(), &ClusterConfig::default());
+    let mounts = compute(&pod).volume_mounts.clone().unwrap();
+    let at = |path: &str| {
+        mounts
+            .iter()
+            .find(|m| m.mount_path == path)
+            .map(|m| m.name.clone())
+    };
+    assert_eq!(
+        at("/var/run/kubevirt-private/vmi-disks/data").as_deref(),
+        Some("pvc-data")
+    );
+    assert_eq!(at(LAUNCHER_SOCKET_DIR).as_deref(), Some("sockets"));
+    let volumes = pod.spec.as_ref().unwrap().volumes.clone().unwrap();
+    let sockets = volumes.iter().find(|v| v.name == "sockets").unwrap();
+    assert_eq!(
+        sockets.host_path.as_ref().unwrap().path,
+        "/var/run/kubevirt/sockets/1234-abcd"
+    );
+    let pvc = volumes.iter().find(|v| v.name == "pvc-data").unwrap();
+    assert_eq!(
+        pvc.persistent_volume_claim.as_ref().unwrap().claim_name,
+        "disk-alpine"
+    );
+    let command = compute(&pod).command.clone().unwrap();
+    assert_eq!(command[0], "/usr/bin/virt-launcher");
+    assert!(command.windows(2).any(|w| w == ["--uid", "1234-abcd"]));
+}
+
+#[test]
+fn kernel_boot_gets_its_own_copy_container() {
+    let mut vmi = vmi();
+    vmi.spec.domain.firmware = Some(serde_json::from_value(json!({
+        "kernelBoot": {"kernelArgs": "console=ttyS0",
+                       "container": {"image": "registry:5000/k:devel",
+                                     "kernelPath": "/boot/vmlinuz", "initrdPath": "/boot/initramfs"}}
+    })).unwrap());
+    let pod = render(&vmi, &ClusterConfig::default());
+    let init = pod.spec.as_ref().unwrap().init_containers.clone().unwrap();
+    let kernel = init.iter().find(|c| c.name == "kernel-boot").unwrap();
+    let command = kernel.command.as_ref().unwrap().join(" ");
+    assert!(
+        command.contains("cp /boot/vmlinuz /var/run/kubevirt/kernel-boot/"),
+        "{command}"
+    );
+    assert!(
+        command.contains("cp /boot/initramfs /var/run/kubevirt/kernel-boot/"),
+        "{command}"
+    );
+}
+
+#[test]
+fn a_vmi_without_uid_or_memory_is_an_error() {
+    let mut no_uid = vmi();
+    no_uid.metadata.uid = None;
+    assert_eq!(
+        render_launcher_pod(&no_uid, &ClusterConfig::default()).unwrap_err(),
+        RenderError::NoUid
+    );
+    let mut no_memory = vmi();
+    no_memory.spec.domain.memory = None;
+    assert!(matches!(
+        render_launcher_pod(&no_memory, &ClusterConfig::default()),
+        Err(RenderError::Memory(_))
+    ));
+}

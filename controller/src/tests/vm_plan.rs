@@ -1,0 +1,283 @@
+use api::vm::{StateChangeRequest, VirtualMachine};
+use api::{Condition, VirtualMachineInstance, VmiPhase};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use serde_json::json;
+
+use crate::vm::plan::{plan, vmi_for, VmiAction};
+
+fn now() -> Timestamp {
+    "2026-11-29T12:00:00Z".parse().unwrap()
+}
+
+fn vm(strategy: &str) -> VirtualMachine {
+    serde_json::from_value(json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+        "metadata": {"name": "vm1", "namespace": "default", "uid": "vm-uid", "generation": 3},
+        "spec": {"runStrategy": strategy,
+                 "template": {"metadata": {"labels": {"kubevirt.io/vm": "vm1"}},
+                              "spec": {"domain": {"devices": {}, "memory": {"guest": "64Mi"}}}}}
+    }))
+    .unwrap()
+}
+
+fn vmi(phase: Option<VmiPhase>, uid: &str) -> VirtualMachineInstance {
+    let mut vmi = vmi_for(&vm("Always")).unwrap();
+    vmi.metadata.uid = Some(uid.into());
+    vmi.status = Some(api::VirtualMachineInstanceStatus {
+        phase,
+        ..Default::default()
+    });
+    vmi
+}
+
+fn with_condition(mut vmi: VirtualMachineInstance, condition: Condition) -> VirtualMachineInstance {
+    vmi.status.as_mut().unwrap().conditions.push(condition);
+    vmi
+}
+
+fn delete(uid: &str) -> VmiAction {
+    VmiAction::Delete { uid: uid.into() }
+}
+
+#[test]
+fn run_strategies() {
+    use VmiPhase::*;
+    let cases: Vec<(&str, Option<VmiPhase>, VmiAction, &str)> = vec![
+        // strategy, VMI phase (None: no VMI), action, printableStatus
+        ("Always", None, VmiAction::Create, "Starting"),
+        ("Always", Some(Scheduling), VmiAction::Nothing, "Starting"),
+        ("Always", Some(Running), VmiAction::Nothing, "Running"),
+        ("Always", Some(Succeeded), delete("vmi-uid"), "Stopped"),
+        (
+            "Always",
+            Some(Failed),
+            delete("vmi-uid"),
+            "CrashLoopBackOff",
+        ),
+        ("Halted", None, VmiAction::Nothing, "Stopped"),
+        ("Halted", Some(Running), delete("vmi-uid"), "Running"),
+        ("RerunOnFailure", None, VmiAction::Create, "Starting"),
+        (
+            "RerunOnFailure",
+            Some(Failed),
+            delete("vmi-uid"),
+            "CrashLoopBackOff",
+        ),
+        (
+            "RerunOnFailure",
+            Some(Succeeded),
+            VmiAction::Nothing,
+            "Stopped",
+        ),
+        ("Once", None, VmiAction::Create, "Starting"),
+        ("Once", Some(Failed), VmiAction::Nothing, "CrashLoopBackOff"),
+        ("Once", Some(Succeeded), VmiAction::Nothing, "Stopped"),
+        ("Manual", None, VmiAction::Nothing, "Stopped"),
+        ("Manual", Some(Running), VmiAction::Nothing, "Running"),
+    ];
+    let mut failures = Vec::new();
+    for (strategy, phase, want_action, want_status) in cases {
+        let vmi = phase.map(|p| vmi(Some(p), "vmi-uid"));
+        let plan = plan(&vm(strategy), vmi.as_ref(), now());
+        let got_status = plan.status.printable_status.as_deref().unwrap();
+        if plan.action != want_action || got_status != want_status {
+            failures.push(format!(
+                "{strategy} with {phase:?}: want {want_action:?}/{want_status}, got {:?}/{got_status}",
+                plan.action
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn failures_back_off_and_running_resets() {
+    let failed = vmi(Some(VmiPhase::Failed), "a");
+    let first = plan(&vm("Always"), Some(&failed), now());
+    let failure = first.status.start_failure.clone().unwrap();
+    assert_eq!(failure.consecutive_fail_count, Some(1));
+    assert_eq!(
+        failure.retry_after_timestamp,
+        Some(Time(now() + SignedDuration::from_secs(10)))
+    );
+
+    // The failed VMI is deleted; while backing off no new VMI is created.
+    let mut backing_off = vm("Always");
+    backing_off.status = Some(first.status.clone());
+    let second = plan(&backing_off, None, now() + SignedDuration::from_secs(5));
+    assert_eq!(second.action, VmiAction::Nothing);
+    assert_eq!(
+        second.status.printable_status.as_deref(),
+        Some("CrashLoopBackOff")
+    );
+    let third = plan(&backing_off, None, now() + SignedDuration::from_secs(11));
+    assert_eq!(third.action, VmiAction::Create);
+
+    // The same failed VMI is not counted twice; the next one doubles the back-off.
+    let again = plan(&backing_off, Some(&failed), now());
+    assert_eq!(
+        again
+            .status
+            .start_failure
+            .as_ref()
+            .unwrap()
+            .consecutive_fail_count,
+        Some(1)
+    );
+    let next = plan(&backing_off, Some(&vmi(Some(VmiPhase::Failed), "b")), now());
+    let failure = next.status.start_failure.unwrap();
+    assert_eq!(failure.consecutive_fail_count, Some(2));
+    assert_eq!(
+        failure.retry_after_timestamp,
+        Some(Time(now() + SignedDuration::from_secs(20)))
+    );
+
+    let running = plan(
+        &backing_off,
+        Some(&vmi(Some(VmiPhase::Running), "c")),
+        now(),
+    );
+    assert_eq!(running.status.start_failure, None);
+}
+
+fn with_requests(mut vm: VirtualMachine, requests: &[(&str, Option<&str>)]) -> VirtualMachine {
+    let status = vm.status.get_or_insert_with(Default::default);
+    status.state_change_requests = requests
+        .iter()
+        .map(|(action, uid)| StateChangeRequest {
+            action: action.to_string(),
+            data: None,
+            uid: uid.map(str::to_string),
+        })
+        .collect();
+    vm
+}
+
+#[test]
+fn state_change_requests_drive_manual_vms() {
+    let start = with_requests(vm("Manual"), &[("Start", None)]);
+    let p = plan(&start, None, now());
+    assert_eq!(p.action, VmiAction::Create);
+    assert!(
+        p.status.state_change_requests.is_empty(),
+        "served Start is dropped"
+    );
+
+    let running = vmi(Some(VmiPhase::Running), "r1");
+    let stop = with_requests(vm("Manual"), &[("Stop", Some("r1"))]);
+    let p = plan(&stop, Some(&running), now());
+    assert_eq!(p.action, delete("r1"));
+    assert_eq!(
+        p.status.state_change_requests.len(),
+        1,
+        "kept until the VMI is gone"
+    );
+    let p = plan(&stop, None, now());
+    assert_eq!(p.action, VmiAction::Nothing);
+    assert!(p.status.state_change_requests.is_empty());
+
+    // restart: Stop the old VMI, then Start a new one.
+    let restart = with_requests(vm("Always"), &[("Stop", Some("r1")), ("Start", None)]);
+    assert_eq!(plan(&restart, Some(&running), now()).action, delete("r1"));
+    let p = plan(&restart, None, now());
+    assert_eq!(p.action, VmiAction::Create);
+    assert!(p.status.state_change_requests.is_empty());
+    // A Stop for an older VMI does not touch the new one.
+    let stale = with_requests(vm("Always"), &[("Stop", Some("old"))]);
+    let p = plan(&stale, Some(&running), now());
+    assert_eq!(p.action, VmiAction::Nothing);
+    assert!(p.status.state_change_requests.is_empty());
+}
+
+#[test]
+fn statuses_from_vmi_conditions() {
+    let unschedulable = with_condition(
+        vmi(Some(VmiPhase::Scheduling), "u"),
+        Condition::new(
+            "PodScheduled",
+            false,
+            "Unschedulable",
+            "0/1 nodes are available: 1 Insufficient memory.",
+        ),
+    );
+    let p = plan(&vm("Always"), Some(&unschedulable), now());
+    assert_eq!(
+        p.status.printable_status.as_deref(),
+        Some("ErrorUnschedulable")
+    );
+    let copied = p
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "PodScheduled")
+        .unwrap();
+    assert!(copied
+        .message
+        .as_ref()
+        .unwrap()
+        .contains("Insufficient memory"));
+
+    let paused = with_condition(
+        vmi(Some(VmiPhase::Running), "p"),
+        Condition::new("Paused", true, "PausedByUser", ""),
+    );
+    assert_eq!(
+        plan(&vm("Always"), Some(&paused), now())
+            .status
+            .printable_status
+            .as_deref(),
+        Some("Paused")
+    );
+
+    let ready = with_condition(
+        vmi(Some(VmiPhase::Running), "r"),
+        Condition::new("Ready", true, "", ""),
+    );
+    let p = plan(&vm("Always"), Some(&ready), now());
+    assert_eq!(p.status.ready, Some(true));
+    assert_eq!(p.status.created, Some(true));
+    assert_eq!(p.status.observed_generation, Some(3));
+
+    let mut stopping = vmi(Some(VmiPhase::Running), "s");
+    stopping.metadata.deletion_timestamp = Some(Time(now()));
+    let p = plan(&vm("Halted"), Some(&stopping), now());
+    assert_eq!(p.action, VmiAction::Nothing, "already being deleted");
+    assert_eq!(p.status.printable_status.as_deref(), Some("Stopping"));
+}
+
+#[test]
+fn deleting_the_vm_deletes_its_vmi() {
+    let mut deleting = vm("Always");
+    deleting.metadata.deletion_timestamp = Some(Time(now()));
+    let running = vmi(Some(VmiPhase::Running), "d");
+    let p = plan(&deleting, Some(&running), now());
+    assert_eq!(p.action, delete("d"));
+    assert_eq!(p.status.printable_status.as_deref(), Some("Terminating"));
+    assert_eq!(plan(&deleting, None, now()).action, VmiAction::Nothing);
+}
+
+#[test]
+fn running_is_an_alias() {
+    let mut legacy = vm("Always");
+    legacy.spec.run_strategy = None;
+    legacy.spec.running = Some(true);
+    assert_eq!(plan(&legacy, None, now()).action, VmiAction::Create);
+    legacy.spec.running = Some(false);
+    assert_eq!(plan(&legacy, None, now()).action, VmiAction::Nothing);
+}
+
+#[test]
+fn vmi_is_the_template_owned_by_the_vm() {
+    let vmi = vmi_for(&vm("Always")).unwrap();
+    assert_eq!(vmi.metadata.name.as_deref(), Some("vm1"));
+    assert_eq!(vmi.metadata.namespace.as_deref(), Some("default"));
+    let labels = vmi.metadata.labels.unwrap();
+    assert_eq!(labels["kubevirt.io/vm"], "vm1");
+    assert_eq!(labels["vm.kubevirt.io/name"], "vm1");
+    let owner = &vmi.metadata.owner_references.unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str()),
+        ("VirtualMachine", "vm-uid")
+    );
+}

@@ -1,0 +1,187 @@
+use api::{VirtualMachineInstance, VmiPhase};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use serde_json::json;
+
+use crate::vmi::plan::{plan, VmiAction, FINALIZER};
+
+fn now() -> Timestamp {
+    "2026-11-29T12:00:00Z".parse().unwrap()
+}
+
+fn vmi(phase: Option<VmiPhase>) -> VirtualMachineInstance {
+    let mut vmi: VirtualMachineInstance = serde_json::from_value(json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+        "metadata": {"name": "v", "namespace": "default", "uid": "u1", "finalizers": [FINALIZER]},
+        "spec": {"domain": {"devices": {}, "memory": {"guest": "64Mi"}}}
+    }))
+    .unwrap();
+    vmi.status = phase.map(|p| api::VirtualMachineInstanceStatus {
+        phase: Some(p),
+        ..Default::default()
+    });
+    vmi
+}
+
+fn pod(status: serde_json::Value, node: Option<&str>) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": "virt-launcher-v-abcde", "uid": "pod-uid",
+                     "creationTimestamp": "2026-11-29T11:59:00Z"},
+        "spec": {"containers": [{"name": "compute"}], "nodeName": node},
+        "status": status
+    }))
+    .unwrap()
+}
+
+#[test]
+fn a_new_vmi_gets_a_finalizer_then_a_pod() {
+    let mut fresh = vmi(None);
+    fresh.metadata.finalizers = None;
+    assert_eq!(plan(&fresh, &[], now()).action, VmiAction::AddFinalizer);
+    let p = plan(&vmi(None), &[], now());
+    assert_eq!(p.action, VmiAction::CreatePod);
+    let status = p.status.unwrap();
+    assert_eq!(status.phase, Some(VmiPhase::Pending));
+    assert_eq!(
+        status.phase_transition_timestamps[0].phase,
+        VmiPhase::Pending
+    );
+    assert_eq!(
+        status.phase_transition_timestamps[0].phase_transition_timestamp,
+        Time(now())
+    );
+}
+
+#[test]
+fn phases_follow_the_pod() {
+    let pending = pod(json!({"phase": "Pending"}), None);
+    let p = plan(&vmi(Some(VmiPhase::Pending)), &[pending], now());
+    assert_eq!(p.status.as_ref().unwrap().phase, Some(VmiPhase::Scheduling));
+
+    let running = pod(
+        json!({"phase": "Running", "containerStatuses": [
+        {"name": "compute", "ready": true, "restartCount": 0, "image": "l", "imageID": "",
+         "state": {"running": {}}}]}),
+        Some("node01"),
+    );
+    let p = plan(
+        &vmi(Some(VmiPhase::Scheduling)),
+        std::slice::from_ref(&running),
+        now(),
+    );
+    let status = p.status.unwrap();
+    assert_eq!(status.phase, Some(VmiPhase::Scheduled));
+    assert_eq!(status.node_name.as_deref(), Some("node01"));
+    assert_eq!(status.active_pods.unwrap()["pod-uid"], "node01");
+
+    // Running is the handler's; the controller leaves it.
+    let mut handler_running = vmi(Some(VmiPhase::Running));
+    handler_running.status.as_mut().unwrap().active_pods =
+        Some([("pod-uid".to_string(), "node01".to_string())].into());
+    assert_eq!(plan(&handler_running, &[running], now()).status, None);
+}
+
+#[test]
+fn unschedulable_and_image_pull_errors_are_conditions() {
+    let unschedulable = pod(
+        json!({"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/1 nodes are available: 1 Insufficient memory."}]}),
+        None,
+    );
+    let status = plan(&vmi(Some(VmiPhase::Scheduling)), &[unschedulable], now())
+        .status
+        .unwrap();
+    let c = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "PodScheduled")
+        .unwrap();
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_deref()),
+        ("False", Some("Unschedulable"))
+    );
+    assert!(c.message.as_ref().unwrap().contains("Insufficient memory"));
+
+    let pull = pod(
+        json!({"phase": "Pending", "initContainerStatuses": [
+        {"name": "volumecontainerdisk-init", "ready": false, "restartCount": 0, "image": "x", "imageID": "",
+         "state": {"waiting": {"reason": "ErrImagePull", "message": "not found"}}}]}),
+        Some("node01"),
+    );
+    let status = plan(&vmi(Some(VmiPhase::Scheduling)), &[pull], now())
+        .status
+        .unwrap();
+    let c = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Synchronized")
+        .unwrap();
+    assert_eq!(c.reason.as_deref(), Some("ErrImagePull"));
+}
+
+#[test]
+fn a_dead_or_missing_launcher_fails_the_vmi() {
+    let failed = pod(
+        json!({"phase": "Failed", "containerStatuses": [
+        {"name": "compute", "ready": false, "restartCount": 0, "image": "l", "imageID": "",
+         "state": {"terminated": {"exitCode": 137, "reason": "Error", "message": "killed"}}}]}),
+        Some("node01"),
+    );
+    let status = plan(&vmi(Some(VmiPhase::Running)), &[failed], now())
+        .status
+        .unwrap();
+    assert_eq!(status.phase, Some(VmiPhase::Failed));
+    assert_eq!(status.reason.as_deref(), Some("LauncherFailed"));
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(ready.message.as_deref(), Some("killed"));
+
+    let status = plan(&vmi(Some(VmiPhase::Running)), &[], now())
+        .status
+        .unwrap();
+    assert_eq!(status.phase, Some(VmiPhase::Failed));
+    assert_eq!(status.reason.as_deref(), Some("PodNotExists"));
+
+    let done = pod(json!({"phase": "Succeeded"}), Some("node01"));
+    let status = plan(&vmi(Some(VmiPhase::Running)), &[done], now())
+        .status
+        .unwrap();
+    assert_eq!(status.phase, Some(VmiPhase::Succeeded));
+}
+
+#[test]
+fn deletion_removes_pods_then_the_finalizer() {
+    let running = pod(json!({"phase": "Running"}), Some("node01"));
+    let mut deleting = vmi(Some(VmiPhase::Running));
+    deleting.metadata.deletion_timestamp = Some(Time(now()));
+    assert_eq!(
+        plan(&deleting, std::slice::from_ref(&running), now()).action,
+        VmiAction::DeletePods(vec!["virt-launcher-v-abcde".into()])
+    );
+    let mut terminating = running;
+    terminating.metadata.deletion_timestamp = Some(Time(now()));
+    assert_eq!(
+        plan(&deleting, &[terminating], now()).action,
+        VmiAction::Nothing
+    );
+    assert_eq!(
+        plan(&deleting, &[], now()).action,
+        VmiAction::RemoveFinalizer
+    );
+}
+
+#[test]
+fn final_vmis_stay_final() {
+    let running = pod(json!({"phase": "Running"}), Some("node01"));
+    let p = plan(&vmi(Some(VmiPhase::Succeeded)), &[running], now());
+    assert_eq!(
+        p.action,
+        VmiAction::DeletePods(vec!["virt-launcher-v-abcde".into()])
+    );
+    assert_eq!(p.status.and_then(|s| s.phase), Some(VmiPhase::Succeeded));
+}

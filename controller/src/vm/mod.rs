@@ -1,0 +1,4 @@
+//! The VM controller: VirtualMachine -> VirtualMachineInstance by run strategy.
+
+pub mod plan;
+pub mod reconcile;

@@ -1,0 +1,107 @@
+//! Applies the VM plan: the VMI action, then the status with optimistic concurrency.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use api::{VirtualMachine, VirtualMachineInstance};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, PostParams, Preconditions};
+use kube::runtime::controller::Action;
+use kube::{Api, ResourceExt};
+
+use super::plan::{plan, vmi_for, VmiAction};
+use crate::context::Context;
+use crate::Error;
+
+/// One pass over a VM: read its VMI, plan, apply.
+pub async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = vm.namespace().ok_or(Error::NotNamespaced)?;
+    let vms: Api<VirtualMachine> = Api::namespaced(ctx.client.clone(), &namespace);
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(ctx.client.clone(), &namespace);
+    let name = vm.name_any();
+    let vmi = vmis.get_opt(&name).await?;
+    // A VMI of the same name that this VM does not own is left alone.
+    let vmi = vmi.filter(|v| {
+        v.owner_references()
+            .iter()
+            .any(|o| Some(&o.uid) == vm.uid().as_ref())
+    });
+    let plan = plan(&vm, vmi.as_ref(), Timestamp::now());
+
+    let mut requeue = Duration::from_secs(300);
+    match &plan.action {
+        VmiAction::Nothing => {}
+        VmiAction::Create => match vmi_for(&vm) {
+            Some(new) => match vmis.create(&PostParams::default(), &new).await {
+                Ok(_) => {
+                    ctx.event(
+                        vm.as_ref(),
+                        false,
+                        "SuccessfulCreate",
+                        format!("created VMI {name}"),
+                    )
+                    .await
+                }
+                Err(kube::Error::Api(e)) if e.code == 409 => requeue = Duration::from_secs(1),
+                Err(e) => {
+                    ctx.event(vm.as_ref(), true, "FailedCreate", e.to_string())
+                        .await;
+                    return Err(e.into());
+                }
+            },
+            None => {
+                ctx.event(
+                    vm.as_ref(),
+                    true,
+                    "FailedCreate",
+                    "the template has no spec".into(),
+                )
+                .await;
+            }
+        },
+        VmiAction::Delete { uid } => {
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: Some(uid.clone()),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match vmis.delete(&name, &params).await {
+                Ok(_) => {
+                    ctx.event(
+                        vm.as_ref(),
+                        false,
+                        "SuccessfulDelete",
+                        format!("deleted VMI {name}"),
+                    )
+                    .await
+                }
+                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    // Come back when a crash-loop back-off ends.
+    if let Some(retry) = plan
+        .status
+        .start_failure
+        .as_ref()
+        .and_then(|f| f.retry_after_timestamp.as_ref())
+    {
+        let wait = retry.0.duration_since(Timestamp::now());
+        if wait.is_positive() {
+            requeue = requeue.min(Duration::from_secs(wait.as_secs() as u64 + 1));
+        }
+    }
+
+    if vm.status.as_ref() != Some(&plan.status) {
+        // A full replace guarded by the resourceVersion we read: fields that went away are
+        // removed, and a concurrent writer makes this pass fail and retry.
+        let mut updated = (*vm).clone();
+        updated.status = Some(plan.status);
+        vms.replace_status(&name, &PostParams::default(), &updated)
+            .await?;
+    }
+    Ok(Action::requeue(requeue))
+}

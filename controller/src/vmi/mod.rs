@@ -1,0 +1,4 @@
+//! The VMI controller: VirtualMachineInstance -> launcher Pod and the phases up to Scheduled.
+
+pub mod plan;
+pub mod reconcile;

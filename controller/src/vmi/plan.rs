@@ -1,0 +1,240 @@
+//! What the VMI controller does for a VMI, as a pure function of the VMI and its launcher Pods.
+//!
+//! Phases the controller owns: Pending (no Pod yet) -> Scheduling (Pod created, not running) ->
+//! Scheduled (launcher running on a node). virt-handler takes it from there to Running and, when
+//! the guest stops, to Succeeded or Failed. The controller marks the VMI Failed when its Pod
+//! fails or disappears first, and Succeeded when the launcher exits cleanly before the handler
+//! said so. Deleting a VMI deletes its Pods (the launcher shuts the guest down within the grace
+//! period on SIGTERM); the finalizer goes when no Pod is left.
+
+use api::condition::{self, Condition};
+use api::vmi::PhaseTransitionTimestamp;
+use api::{VirtualMachineInstance, VirtualMachineInstanceStatus, VmiPhase};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+/// The finalizer that keeps a VMI until its launcher Pods are gone.
+pub const FINALIZER: &str = "kubevirt.io/virtualMachineControllerFinalize";
+
+/// What to do besides writing the status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VmiAction {
+    Nothing,
+    AddFinalizer,
+    CreatePod,
+    DeletePods(Vec<String>),
+    RemoveFinalizer,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct VmiPlan {
+    pub action: VmiAction,
+    /// The new status, when it differs from the old one.
+    pub status: Option<VirtualMachineInstanceStatus>,
+}
+
+/// Plans the next step for `vmi`, whose launcher Pods (by the created-by label) are `pods`.
+pub fn plan(vmi: &VirtualMachineInstance, pods: &[Pod], now: Timestamp) -> VmiPlan {
+    let old = vmi.status.clone().unwrap_or_default();
+    let mut status = old.clone();
+    let has_finalizer = vmi
+        .metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|f| f == FINALIZER));
+    let live_pods: Vec<&Pod> = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
+
+    if vmi.metadata.deletion_timestamp.is_some() {
+        let action = if !live_pods.is_empty() {
+            VmiAction::DeletePods(
+                live_pods
+                    .iter()
+                    .filter_map(|p| p.metadata.name.clone())
+                    .collect(),
+            )
+        } else if pods.is_empty() && has_finalizer {
+            VmiAction::RemoveFinalizer
+        } else {
+            VmiAction::Nothing
+        };
+        return VmiPlan {
+            action,
+            status: None,
+        };
+    }
+    if !has_finalizer {
+        return VmiPlan {
+            action: VmiAction::AddFinalizer,
+            status: None,
+        };
+    }
+
+    let phase = old.phase;
+    let mut action = VmiAction::Nothing;
+    // The newest Pod is the current one.
+    let pod = pods
+        .iter()
+        .max_by_key(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0));
+    match (phase, pod) {
+        (Some(p), _) if p.is_final() => {
+            if !live_pods.is_empty() {
+                action = VmiAction::DeletePods(
+                    live_pods
+                        .iter()
+                        .filter_map(|p| p.metadata.name.clone())
+                        .collect(),
+                );
+            }
+        }
+        (None | Some(VmiPhase::Pending), None) => {
+            set_phase(&mut status, VmiPhase::Pending, now);
+            action = VmiAction::CreatePod;
+        }
+        (Some(_), None) => {
+            set_phase(&mut status, VmiPhase::Failed, now);
+            status.reason = Some("PodNotExists".into());
+            set_condition(
+                &mut status,
+                Condition::new("Ready", false, "PodNotExists", "the launcher Pod is gone"),
+            );
+        }
+        (_, Some(pod)) => follow_pod(&mut status, pod, now),
+    }
+    if let Some(pod) = pod {
+        if let (Some(uid), node) = (
+            pod.metadata.uid.clone(),
+            pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+        ) {
+            status
+                .active_pods
+                .get_or_insert_with(Default::default)
+                .insert(uid, node.unwrap_or_default());
+        }
+    }
+    VmiPlan {
+        action,
+        status: (status != old).then_some(status),
+    }
+}
+
+/// Moves the VMI along with its launcher Pod.
+fn follow_pod(status: &mut VirtualMachineInstanceStatus, pod: &Pod, now: Timestamp) {
+    let pod_status = pod.status.clone().unwrap_or_default();
+    let pod_phase = pod_status.phase.as_deref().unwrap_or("Pending");
+    let conditions = pod_status.conditions.clone().unwrap_or_default();
+    let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+    let phase = status.phase.unwrap_or(VmiPhase::Pending);
+
+    if let Some(scheduled) = conditions.iter().find(|c| c.type_ == "PodScheduled") {
+        let mut copy = Condition::new(
+            "PodScheduled",
+            scheduled.status == "True",
+            scheduled.reason.as_deref().unwrap_or(""),
+            scheduled.message.as_deref().unwrap_or(""),
+        );
+        copy.last_transition_time = scheduled.last_transition_time.clone();
+        set_condition(status, copy);
+    }
+    let compute = pod_status
+        .container_statuses
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.name == "compute");
+    let waiting = pod_status
+        .init_container_statuses
+        .unwrap_or_default()
+        .into_iter()
+        .chain(compute.clone())
+        .filter_map(|c| c.state.and_then(|s| s.waiting))
+        .find(|w| {
+            matches!(
+                w.reason.as_deref(),
+                Some("ErrImagePull" | "ImagePullBackOff" | "InvalidImageName")
+            )
+        });
+    match waiting {
+        Some(w) => set_condition(
+            status,
+            Condition::new(
+                "Synchronized",
+                false,
+                w.reason.as_deref().unwrap_or(""),
+                w.message.as_deref().unwrap_or(""),
+            ),
+        ),
+        None => remove_condition(status, "Synchronized"),
+    }
+
+    match pod_phase {
+        "Failed" | "Succeeded" => {
+            let terminated = compute.and_then(|c| c.state).and_then(|s| s.terminated);
+            let message = terminated
+                .as_ref()
+                .and_then(|t| t.message.clone().or(t.reason.clone()))
+                .unwrap_or_else(|| format!("the launcher Pod {pod_phase}"));
+            if pod_phase == "Succeeded" {
+                set_phase(status, VmiPhase::Succeeded, now);
+            } else {
+                set_phase(status, VmiPhase::Failed, now);
+                status.reason = Some("LauncherFailed".into());
+            }
+            set_condition(
+                status,
+                Condition::new("Ready", false, "LauncherExited", &message),
+            );
+        }
+        "Running" if phase < VmiPhase::Scheduled => {
+            set_phase(status, VmiPhase::Scheduled, now);
+            status.node_name = node;
+        }
+        _ if phase < VmiPhase::Scheduling => set_phase(status, VmiPhase::Scheduling, now),
+        _ => {}
+    }
+}
+
+/// Sets the phase and records when it changed.
+pub fn set_phase(status: &mut VirtualMachineInstanceStatus, phase: VmiPhase, now: Timestamp) {
+    if status.phase == Some(phase) {
+        return;
+    }
+    status.phase = Some(phase);
+    status
+        .phase_transition_timestamps
+        .push(PhaseTransitionTimestamp {
+            phase,
+            phase_transition_timestamp: Time(now),
+        });
+}
+
+/// Replaces the condition of the same type, keeping its transition time when the status is the
+/// same.
+pub fn set_condition(status: &mut VirtualMachineInstanceStatus, mut new: Condition) {
+    match status.conditions.iter_mut().find(|c| c.type_ == new.type_) {
+        Some(old) => {
+            if old.status == new.status {
+                new.last_transition_time = old
+                    .last_transition_time
+                    .clone()
+                    .or(new.last_transition_time);
+            }
+            *old = new;
+        }
+        None => status.conditions.push(new),
+    }
+}
+
+pub fn remove_condition(status: &mut VirtualMachineInstanceStatus, type_: &str) {
+    status.conditions.retain(|c| c.type_ != type_);
+}
+
+/// Whether a VMI is Ready (for printing and the VM status).
+pub fn is_ready(vmi: &VirtualMachineInstance) -> bool {
+    vmi.status
+        .as_ref()
+        .and_then(|s| condition::find(&s.conditions, "Ready"))
+        .is_some_and(Condition::is_true)
+}

@@ -1,0 +1,164 @@
+//! Applies the VMI plan: status with optimistic concurrency, then the one action.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use api::{VirtualMachineInstance, VmiPhase};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use super::plan::{plan, set_condition, VmiAction, FINALIZER};
+use crate::context::Context;
+use crate::pod::{render_launcher_pod, CREATED_BY_LABEL};
+use crate::Error;
+
+/// One pass over a VMI: read its Pods, plan, apply.
+pub async fn reconcile(
+    vmi: Arc<VirtualMachineInstance>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let namespace = vmi.namespace().ok_or(Error::NotNamespaced)?;
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(ctx.client.clone(), &namespace);
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    let uid = vmi.uid().ok_or(Error::NoUid)?;
+    // A direct list, not a cache: a Pod created by the previous pass must be seen.
+    let owned = pods
+        .list(&ListParams::default().labels(&format!("{CREATED_BY_LABEL}={uid}")))
+        .await?
+        .items;
+    let plan = plan(&vmi, &owned, Timestamp::now());
+    let old_phase = vmi.status.as_ref().and_then(|s| s.phase);
+
+    if let Some(status) = plan.status.clone() {
+        write_status(&vmis, &vmi, &status).await?;
+        if status.phase != old_phase {
+            if let Some(phase) = status.phase {
+                let warning = phase == VmiPhase::Failed;
+                let note = match &status.reason {
+                    Some(reason) => format!("phase {} ({reason})", phase.as_str()),
+                    None => format!("phase {}", phase.as_str()),
+                };
+                ctx.event(vmi.as_ref(), warning, phase.as_str(), note).await;
+            }
+        }
+    }
+
+    let name = vmi.name_any();
+    match plan.action {
+        VmiAction::Nothing => {}
+        VmiAction::AddFinalizer => {
+            let mut finalizers = vmi.finalizers().to_vec();
+            finalizers.push(FINALIZER.into());
+            patch_finalizers(&vmis, &vmi, finalizers).await?;
+        }
+        VmiAction::RemoveFinalizer => {
+            let finalizers = vmi
+                .finalizers()
+                .iter()
+                .filter(|f| *f != FINALIZER)
+                .cloned()
+                .collect();
+            patch_finalizers(&vmis, &vmi, finalizers).await?;
+        }
+        VmiAction::CreatePod => {
+            let created = match render_launcher_pod(&vmi, &ctx.config()) {
+                Ok(pod) => pods
+                    .create(&PostParams::default(), &pod)
+                    .await
+                    .map_err(Error::from),
+                Err(e) => Err(Error::Render(e)),
+            };
+            match created {
+                Ok(pod) => {
+                    ctx.event(
+                        vmi.as_ref(),
+                        false,
+                        "SuccessfulCreate",
+                        format!("created launcher Pod {}", pod.name_any()),
+                    )
+                    .await;
+                }
+                Err(e) => {
+                    // Say why on the VMI, then retry.
+                    let mut status = plan
+                        .status
+                        .clone()
+                        .or(vmi.status.clone())
+                        .unwrap_or_default();
+                    set_condition(
+                        &mut status,
+                        api::Condition::new("Synchronized", false, "FailedCreate", &e.to_string()),
+                    );
+                    let fresh = vmis.get(&name).await?;
+                    write_status(&vmis, &fresh, &status).await?;
+                    ctx.event(vmi.as_ref(), true, "FailedCreate", e.to_string())
+                        .await;
+                    return Err(e);
+                }
+            }
+        }
+        VmiAction::DeletePods(names) => {
+            let grace = vmi
+                .spec
+                .termination_grace_period_seconds
+                .unwrap_or(30)
+                .max(0) as u32
+                + 15;
+            for pod in names {
+                let params = DeleteParams {
+                    grace_period_seconds: Some(grace),
+                    ..DeleteParams::default()
+                };
+                match pods.delete(&pod, &params).await {
+                    Ok(_) => {
+                        ctx.event(
+                            vmi.as_ref(),
+                            false,
+                            "SuccessfulDelete",
+                            format!("deleted launcher Pod {pod}"),
+                        )
+                        .await
+                    }
+                    Err(kube::Error::Api(e)) if e.code == 404 => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+    }
+    Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// Replaces the status subresource, guarded by the resourceVersion we read (409 on a race with
+/// virt-handler, and the pass is retried).
+async fn write_status(
+    vmis: &Api<VirtualMachineInstance>,
+    vmi: &VirtualMachineInstance,
+    status: &api::VirtualMachineInstanceStatus,
+) -> Result<(), Error> {
+    let mut updated = vmi.clone();
+    updated.status = Some(status.clone());
+    vmis.replace_status(&vmi.name_any(), &PostParams::default(), &updated)
+        .await?;
+    Ok(())
+}
+
+async fn patch_finalizers(
+    vmis: &Api<VirtualMachineInstance>,
+    vmi: &VirtualMachineInstance,
+    finalizers: Vec<String>,
+) -> Result<(), Error> {
+    let patch = json!({
+        "metadata": {"resourceVersion": vmi.resource_version(), "finalizers": finalizers},
+    });
+    vmis.patch(
+        &vmi.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
