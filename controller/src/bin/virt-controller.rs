@@ -21,6 +21,7 @@ async fn main() -> ExitCode {
     let lease = LeaderLease::new(client.clone(), &namespace, "virt-controller", &identity);
     lease.acquire().await;
     tokio::spawn(lease.keep());
+    tokio::spawn(controller::node::watch_heartbeats(client.clone()));
     controller::run::run_controllers(client, ClusterConfig::from_env()).await;
     ExitCode::SUCCESS
 }

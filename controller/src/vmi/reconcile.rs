@@ -16,6 +16,9 @@ use crate::context::Context;
 use crate::pod::{render_launcher_pod, CREATED_BY_LABEL};
 use crate::Error;
 
+/// Label with the node a VMI runs on; virt-handler selects its VMIs by it.
+pub const NODE_LABEL: &str = "kubevirt.io/nodeName";
+
 /// One pass over a VMI: read its Pods, plan, apply.
 pub async fn reconcile(
     vmi: Arc<VirtualMachineInstance>,
@@ -48,6 +51,20 @@ pub async fn reconcile(
     }
 
     let name = vmi.name_any();
+    // virt-handler watches the VMIs of its node by this label.
+    let node = plan
+        .status
+        .as_ref()
+        .or(vmi.status.as_ref())
+        .and_then(|s| s.node_name.clone());
+    if let Some(node) = node {
+        if vmi.labels().get(NODE_LABEL) != Some(&node) && vmi.metadata.deletion_timestamp.is_none()
+        {
+            let patch = json!({"metadata": {"labels": {NODE_LABEL: node}}});
+            vmis.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+        }
+    }
     match plan.action {
         VmiAction::Nothing => {}
         VmiAction::AddFinalizer => {
