@@ -11,7 +11,13 @@ fn main() -> ExitCode {
         }
     };
     match std::env::args().nth(1) {
-        None => print!("{yaml}"),
+        None => {
+            use std::io::Write;
+            if let Err(e) = std::io::stdout().write_all(yaml.as_bytes()) {
+                eprintln!("crdgen: cannot write to stdout: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
         Some(path) => {
             if let Err(e) = std::fs::write(&path, yaml) {
                 eprintln!("crdgen: cannot write {path}: {e}");
