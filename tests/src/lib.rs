@@ -1,2 +1,136 @@
-//! End-to-end tests of Ferrovirt on the local cluster (`tests/cluster/`).
+//! End-to-end tests of Ferrovirt on the local cluster (`tests/cluster/`), brought up with
+//! Ferrovirt installed by `hack/up.sh`. Helpers: a client for that cluster (failing with what to
+//! run when it is not up), a namespace per test that is deleted even when the test fails, waits
+//! on conditions with deadlines, and the guest's serial console read from its node.
 #![forbid(unsafe_code)]
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use kube::api::{DeleteParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+
+/// The admin kubeconfig of the local cluster.
+pub const KUBECONFIG: &str = "/var/lib/ferrovirt-cluster/kubeconfig/admin.kubeconfig";
+/// Where the cluster keeps each node's state (`<node>/holder.ready` has the pid whose mount
+/// namespace is the node's).
+pub const NODES_DIR: &str = "/var/lib/ferrovirt-cluster/nodes";
+/// The ready marker of the project's tiny guest (guest-images/README.md).
+pub const GUEST_READY_MARKER: &str = "FERROVIRT-GUEST-READY";
+
+/// A client for the local cluster. Panics with what to run when the cluster is not up or
+/// Ferrovirt is not installed.
+pub async fn client() -> Client {
+    let missing = "the local cluster with Ferrovirt is not up: run hack/up.sh first";
+    assert!(
+        Path::new(KUBECONFIG).exists(),
+        "{missing} ({KUBECONFIG} does not exist)"
+    );
+    let kubeconfig = Kubeconfig::read_from(KUBECONFIG).unwrap_or_else(|e| panic!("{missing}: {e}"));
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("{missing}: {e}"));
+    let client = Client::try_from(config).unwrap_or_else(|e| panic!("{missing}: {e}"));
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(client.clone());
+    crds.get("virtualmachineinstances.kubevirt.io")
+        .await
+        .unwrap_or_else(|e| panic!("{missing}: the kubevirt.io CRDs are not installed: {e}"));
+    client
+}
+
+/// A namespace that is deleted when dropped, whatever the test's outcome.
+pub struct TestNamespace {
+    pub name: String,
+    client: Client,
+}
+
+impl TestNamespace {
+    pub async fn create(client: &Client, prefix: &str) -> TestNamespace {
+        let name = format!("{prefix}-{}", std::process::id() % 100_000);
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+        let namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))
+            .expect("a namespace object");
+        namespaces
+            .create(&PostParams::default(), &namespace)
+            .await
+            .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
+        TestNamespace {
+            name,
+            client: client.clone(),
+        }
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        let client = self.client.clone();
+        let name = self.name.clone();
+        // Drop runs inside the test's runtime: delete from a thread with its own.
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            if let Ok(runtime) = runtime {
+                runtime.block_on(async {
+                    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client);
+                    let _ = namespaces.delete(&name, &DeleteParams::default()).await;
+                });
+            }
+        })
+        .join();
+    }
+}
+
+/// Polls `check` until it returns `Some`, or panics after `timeout` with `what`.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The pid that holds node `node`'s mount namespace.
+pub fn node_pid(node: &str) -> u32 {
+    let path = PathBuf::from(NODES_DIR).join(node).join("holder.ready");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("node {node} is not running ({}: {e})", path.display()));
+    text.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Reads the serial console of VMI `uid` on `node` for up to `duration`, returning what the
+/// guest printed (the launcher keeps a backlog, so earlier output is included).
+pub fn read_console(node: &str, uid: &str, duration: Duration) -> String {
+    let socket = format!("/var/run/kubevirt/sockets/{uid}/console-sock");
+    let output = std::process::Command::new("nsenter")
+        .args([
+            "-t",
+            &node_pid(node).to_string(),
+            "-m",
+            "--",
+            "timeout",
+            "-s",
+            "INT",
+        ])
+        .arg(format!("{}", duration.as_secs().max(1)))
+        .args(["socat", "-u", &format!("UNIX-CONNECT:{socket}"), "-"])
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("running nsenter/socat (Debian packages util-linux, socat): {e}")
+        });
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
