@@ -1,0 +1,131 @@
+# shellcheck shell=bash
+# Images without Docker: crane pushes OCI image layouts and builds images from
+# layer tarballs into the local registry. Sourced by cluster.sh.
+#
+# Every image reference maps to one repository of the local registry,
+# whatever registry it names, the way containerd's mirror config resolves it:
+#   quay.io/kubevirt/virt-api:v1      -> kubevirt/virt-api:v1
+#   registry:5000/kubevirt/x:devel    -> kubevirt/x:devel
+#   busybox (docker.io/library/...)   -> library/busybox:latest
+#   registry.k8s.io/pause:3.10        -> pause:3.10
+
+PUSH_REGISTRY=127.0.0.1:$REGISTRY_PORT
+
+crane_() { "$TOOLS_BIN/crane" --insecure "$@"; }
+
+# local_ref REF: the reference of REF's image in the local registry.
+local_ref() {
+    local ref=$1 first rest
+    first=${ref%%/*}
+    if [[ $ref == */* && ($first == *.* || $first == *:* || $first == localhost || $first == registry) ]]; then
+        rest=${ref#*/}
+    else
+        # No registry named: Docker Hub, where one-word names live under library/.
+        [[ $ref == */* ]] && rest=$ref || rest=library/$ref
+    fi
+    [[ $rest == *:* || $rest == *@* ]] || rest=$rest:latest
+    echo "$PUSH_REGISTRY/$rest"
+}
+
+registry_has() { crane_ digest "$(local_ref "$1")" >/dev/null 2>&1; }
+
+# push_image DIR REF: push an OCI image layout (a single image or an index).
+push_image() {
+    local dir=$1 ref=$2 target
+    [[ -f "$dir/index.json" && -f "$dir/oci-layout" ]] || die "$dir is not an OCI image layout (no index.json/oci-layout)"
+    target=$(local_ref "$ref")
+    # A layout whose index holds several manifests is pushed as an index; one
+    # with a single image is pushed as that image, so the tag names its manifest.
+    local manifests out
+    manifests=$(grep -o '"digest"' "$dir/index.json" | wc -l)
+    local args=()
+    ((manifests > 1)) && args+=(--index)
+    out=$(crane_ push "${args[@]}" "$dir" "$target" 2>&1) || { echo "$out" >&2; die "could not push $dir to $target"; }
+    log "pushed $dir as $ref ($target)"
+}
+
+# build_image ROOTFS REF [ENTRYPOINT [CMD...]]: one-layer image of ROOTFS's
+# contents (owned by root), pushed to the local registry as REF.
+build_image() {
+    local rootfs=$1 ref=$2 entrypoint=${3:-} target layer
+    shift 2 && shift $(($# > 0 ? 1 : 0))
+    [[ -d $rootfs ]] || die "$rootfs is not a directory"
+    target=$(local_ref "$ref")
+    layer=$(mktemp --suffix=.tar)
+    tar -C "$rootfs" --numeric-owner --owner=0 --group=0 --sort=name --mtime=@0 -cf "$layer" . ||
+        die "could not pack $rootfs"
+    local mutate=(--set-platform linux/amd64 --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin)
+    [[ -n $entrypoint ]] && mutate+=(--entrypoint "$entrypoint")
+    if (($# > 0)); then
+        local IFS=,
+        mutate+=(--cmd "$*")
+    fi
+    local out
+    if ! out=$(crane_ append --oci-empty-base --platform linux/amd64 -f "$layer" -t "$target" 2>&1 &&
+        crane_ mutate "${mutate[@]}" -t "$target" "$target" 2>&1); then
+        rm -f "$layer"
+        echo "$out" >&2
+        die "could not build $ref from $rootfs"
+    fi
+    rm -f "$layer"
+    log "built $rootfs as $ref ($target)"
+}
+
+# The sandbox image: the static pause program from images/pause.c.
+ensure_pause_image() {
+    registry_has "$PAUSE_IMAGE" && return 0
+    local root
+    root=$(mktemp -d)
+    gcc -static -Os -s -o "$root/pause" "$HERE/images/pause.c" || die "could not compile pause.c"
+    build_image "$root" "$PAUSE_IMAGE" /pause
+    rm -rf "$root"
+}
+
+# The test image: Debian's busybox-static with all its applets linked.
+BUSYBOX_IMAGE=docker.io/library/busybox:latest
+ensure_busybox_image() {
+    registry_has "$BUSYBOX_IMAGE" && return 0
+    local root applet
+    root=$(mktemp -d)
+    mkdir -p "$root/bin" "$root/tmp" "$root/etc" "$root/proc" "$root/sys" "$root/dev" "$root/root"
+    cp /bin/busybox "$root/bin/busybox"
+    for applet in $("$root/bin/busybox" --list); do
+        [[ $applet == busybox ]] || ln -sf busybox "$root/bin/$applet"
+    done
+    echo 'root:x:0:0:root:/root:/bin/sh' >"$root/etc/passwd"
+    echo 'root:x:0:' >"$root/etc/group"
+    chmod 1777 "$root/tmp"
+    build_image "$root" "$BUSYBOX_IMAGE" "" /bin/sh
+    rm -rf "$root"
+}
+
+# The guest images that guest-images/build.sh leaves in its cache, under the
+# names KubeVirt's example manifests use.
+GUEST_IMAGES_DIR=${FERROVIRT_GUEST_IMAGES_CACHE:-$CACHE_DIR/guest-images}/current
+GUEST_IMAGE_REFS=(
+    "oci/containerdisk quay.io/kubevirt/cirros-container-disk-demo:latest"
+    "oci/containerdisk quay.io/kubevirt/cirros-container-disk-demo:devel"
+    "oci/kernel-boot quay.io/kubevirt/ferrovirt-kernel-boot:latest"
+)
+
+# layout_digest DIR: the digest of the first manifest of an OCI layout's index.
+layout_digest() { grep -o '"digest":"sha256:[0-9a-f]*"' "$1/index.json" | head -n 1 | cut -d'"' -f4; }
+
+# push_guest_images [--required]: push what guest-images/build.sh built, when
+# the registry does not have that exact image yet.
+push_guest_images() {
+    local required=${1:-} entry dir ref have
+    if [[ ! -e "$GUEST_IMAGES_DIR/.complete" ]]; then
+        [[ $required == --required ]] && die "no guest images in $GUEST_IMAGES_DIR: run guest-images/build.sh"
+        log "no guest images in $GUEST_IMAGES_DIR yet (guest-images/build.sh makes them); not pushed"
+        return 0
+    fi
+    for entry in "${GUEST_IMAGE_REFS[@]}"; do
+        dir=$GUEST_IMAGES_DIR/${entry%% *}
+        ref=${entry#* }
+        [[ -f $dir/index.json ]] || { log "missing $dir; not pushed"; continue; }
+        have=$(crane_ digest "$(local_ref "$ref")" 2>/dev/null || true)
+        [[ -n $have && $have == "$(layout_digest "$dir")" ]] && continue
+        push_image "$dir" "$ref"
+    done
+}
