@@ -134,3 +134,65 @@ pub fn read_console(node: &str, uid: &str, duration: Duration) -> String {
         });
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
+
+/// A VirtualMachine named `name` running the project's tiny guest with cloud-init `user_data`.
+pub fn tiny_vm(name: &str, run_strategy: &str, user_data: &str) -> api::VirtualMachine {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachine",
+        "metadata": {"name": name},
+        "spec": {
+            "runStrategy": run_strategy,
+            "template": {
+                "metadata": {"labels": {"kubevirt.io/vm": name}},
+                "spec": tiny_vmi_spec(user_data),
+            }
+        }
+    }))
+    .expect("a VirtualMachine")
+}
+
+/// The spec of a VMI running the project's tiny guest (containerDisk + cloud-init).
+pub fn tiny_vmi_spec(user_data: &str) -> serde_json::Value {
+    serde_json::json!({
+        "domain": {
+            "devices": {"disks": [
+                {"name": "containerdisk", "disk": {"bus": "virtio"}},
+                {"name": "cloudinitdisk", "disk": {"bus": "virtio"}}
+            ]},
+            "memory": {"guest": "128Mi"},
+            "resources": {}
+        },
+        "terminationGracePeriodSeconds": 0,
+        "volumes": [
+            {"name": "containerdisk",
+             "containerDisk": {"image": "registry:5000/kubevirt/cirros-container-disk-demo:devel"}},
+            {"name": "cloudinitdisk", "cloudInitNoCloud": {"userData": user_data}}
+        ]
+    })
+}
+
+/// The pids of the virt-launcher of VMI `uid` (Pods share the host's pid namespace).
+pub fn launcher_pids(uid: &str) -> Vec<u32> {
+    let output = std::process::Command::new("pgrep")
+        .args(["-f", &format!("virt-launcher .*--uid {uid}")])
+        .output()
+        .unwrap_or_else(|e| panic!("running pgrep (Debian package procps): {e}"));
+    String::from_utf8_lossy(&output.stdout)
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// Kills the virt-launcher of VMI `uid` with SIGKILL, as a crash would.
+pub fn kill_launcher(uid: &str) {
+    let pids = launcher_pids(uid);
+    assert!(!pids.is_empty(), "no virt-launcher process for VMI {uid}");
+    for pid in pids {
+        let status = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap_or_else(|e| panic!("running kill: {e}"));
+        assert!(status.success(), "kill -KILL {pid} failed");
+    }
+}

@@ -1,0 +1,143 @@
+//! Failures on the local cluster: a VMI that no node can hold reports the scheduler's reason, a
+//! killed launcher fails its VMI with a reason, and a restarted virt-handler leaves running VMs
+//! untouched.
+
+use std::time::Duration;
+
+use api::{VirtualMachineInstance, VmiPhase};
+use ferrovirt_tests::{
+    client, kill_launcher, launcher_pids, tiny_vmi_spec, wait_for, TestNamespace,
+};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::Api;
+
+fn vmi(name: &str, memory: &str) -> VirtualMachineInstance {
+    let mut spec = tiny_vmi_spec("#!/bin/sh\necho hi\n");
+    spec["domain"]["memory"]["guest"] = serde_json::json!(memory);
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+        "metadata": {"name": name}, "spec": spec
+    }))
+    .expect("a VMI")
+}
+
+async fn running(vmis: &Api<VirtualMachineInstance>, name: &str) -> VirtualMachineInstance {
+    wait_for(
+        &format!("VMI {name} Running"),
+        Duration::from_secs(240),
+        || async {
+            let vmi = vmis.get_opt(name).await.ok()??;
+            (vmi.status.as_ref()?.phase? == VmiPhase::Running).then_some(vmi)
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn an_unschedulable_vmi_reports_the_schedulers_reason() {
+    let client = client().await;
+    let namespace = TestNamespace::create(&client, "e2e-unsched").await;
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), &namespace.name);
+    vmis.create(&PostParams::default(), &vmi("huge", "4Ti"))
+        .await
+        .expect("VMI created");
+    let condition = wait_for(
+        "a PodScheduled=False condition",
+        Duration::from_secs(120),
+        || async {
+            let vmi = vmis.get("huge").await.ok()?;
+            vmi.status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+        },
+    )
+    .await;
+    assert_eq!(condition.reason.as_deref(), Some("Unschedulable"));
+    assert!(
+        condition
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("Insufficient memory"),
+        "{condition:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_killed_launcher_fails_its_vmi() {
+    let client = client().await;
+    let namespace = TestNamespace::create(&client, "e2e-kill").await;
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), &namespace.name);
+    vmis.create(&PostParams::default(), &vmi("victim", "128Mi"))
+        .await
+        .expect("VMI created");
+    let vmi = running(&vmis, "victim").await;
+    kill_launcher(vmi.metadata.uid.as_deref().expect("uid"));
+    let status = wait_for("the VMI to fail", Duration::from_secs(120), || async {
+        let status = vmis.get("victim").await.ok()?.status?;
+        (status.phase? == VmiPhase::Failed).then_some(status)
+    })
+    .await;
+    assert!(status.reason.is_some(), "{status:?}");
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .expect("a Ready condition");
+    assert!(!ready.is_true());
+}
+
+#[tokio::test]
+async fn a_restarted_handler_leaves_running_vms_alone() {
+    let client = client().await;
+    let namespace = TestNamespace::create(&client, "e2e-handler").await;
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), &namespace.name);
+    vmis.create(&PostParams::default(), &vmi("steady", "128Mi"))
+        .await
+        .expect("VMI created");
+    let vmi = running(&vmis, "steady").await;
+    let uid = vmi.metadata.uid.clone().expect("uid");
+    let node = vmi
+        .status
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .expect("node");
+    let before = launcher_pids(&uid);
+    assert!(!before.is_empty());
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "kubevirt");
+    let handlers = pods
+        .list(&ListParams::default().labels("kubevirt.io=virt-handler"))
+        .await
+        .expect("handlers");
+    let handler = handlers
+        .items
+        .iter()
+        .find(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str()))
+        .expect("a virt-handler on the VMI's node");
+    let old = handler.metadata.name.clone().expect("name");
+    pods.delete(&old, &DeleteParams::default())
+        .await
+        .expect("handler deleted");
+    wait_for(
+        "a new virt-handler Running on the node",
+        Duration::from_secs(120),
+        || async {
+            let list = pods
+                .list(&ListParams::default().labels("kubevirt.io=virt-handler"))
+                .await
+                .ok()?;
+            list.items.into_iter().find(|p| {
+                p.metadata.name.as_deref() != Some(old.as_str())
+                    && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str())
+                    && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+            })
+        },
+    )
+    .await;
+    assert_eq!(launcher_pids(&uid), before, "the launcher kept running");
+    let after = running(&vmis, "steady").await;
+    assert_eq!(after.metadata.uid.as_deref(), Some(uid.as_str()));
+}

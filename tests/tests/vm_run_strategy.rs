@@ -1,0 +1,151 @@
+//! VirtualMachine run strategies on the local cluster: Halted and Always start and stop the VMI,
+//! RerunOnFailure replaces a VMI whose launcher crashed, Once does not, and a guest that powers
+//! off cleanly is not replaced under RerunOnFailure.
+
+use std::time::Duration;
+
+use api::{VirtualMachine, VirtualMachineInstance, VmiPhase};
+use ferrovirt_tests::{client, kill_launcher, tiny_vm, wait_for, TestNamespace};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::Api;
+use serde_json::json;
+
+const START: Duration = Duration::from_secs(240);
+
+async fn vmi_in_phase(
+    vmis: &Api<VirtualMachineInstance>,
+    name: &str,
+    phase: VmiPhase,
+) -> VirtualMachineInstance {
+    wait_for(&format!("VMI {name} in phase {phase:?}"), START, || async {
+        let vmi = vmis.get_opt(name).await.ok()??;
+        (vmi.status.as_ref()?.phase? == phase).then_some(vmi)
+    })
+    .await
+}
+
+async fn printable_status(vms: &Api<VirtualMachine>, name: &str, want: &str) {
+    wait_for(
+        &format!("VM {name} printableStatus {want}"),
+        START,
+        || async {
+            let vm = vms.get(name).await.ok()?;
+            (vm.status?.printable_status.as_deref() == Some(want)).then_some(())
+        },
+    )
+    .await
+}
+
+async fn set_run_strategy(vms: &Api<VirtualMachine>, name: &str, strategy: &str) {
+    let patch = json!({"spec": {"runStrategy": strategy}});
+    vms.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("runStrategy patched");
+}
+
+#[tokio::test]
+async fn halted_and_always_start_and_stop() {
+    let client = client().await;
+    let namespace = TestNamespace::create(&client, "e2e-halted").await;
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &namespace.name);
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), &namespace.name);
+    vms.create(
+        &PostParams::default(),
+        &tiny_vm("vm1", "Halted", "#!/bin/sh\necho hi\n"),
+    )
+    .await
+    .expect("VM created");
+    printable_status(&vms, "vm1", "Stopped").await;
+    assert!(
+        vmis.get_opt("vm1").await.expect("get").is_none(),
+        "a Halted VM has no VMI"
+    );
+
+    set_run_strategy(&vms, "vm1", "Always").await;
+    vmi_in_phase(&vmis, "vm1", VmiPhase::Running).await;
+    printable_status(&vms, "vm1", "Running").await;
+
+    set_run_strategy(&vms, "vm1", "Halted").await;
+    wait_for("the VMI to be gone", START, || async {
+        vmis.get_opt("vm1").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    printable_status(&vms, "vm1", "Stopped").await;
+}
+
+#[tokio::test]
+async fn rerun_on_failure_replaces_a_crashed_vmi_and_once_does_not() {
+    let client = client().await;
+    let namespace = TestNamespace::create(&client, "e2e-rerun").await;
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &namespace.name);
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), &namespace.name);
+    for (name, strategy) in [("rerun", "RerunOnFailure"), ("once", "Once")] {
+        vms.create(
+            &PostParams::default(),
+            &tiny_vm(name, strategy, "#!/bin/sh\necho hi\n"),
+        )
+        .await
+        .expect("VM created");
+    }
+    let mut uids = Vec::new();
+    for name in ["rerun", "once"] {
+        let first = vmi_in_phase(&vmis, name, VmiPhase::Running).await;
+        let uid = first.metadata.uid.clone().expect("uid");
+        kill_launcher(&uid);
+        uids.push(uid);
+    }
+    // RerunOnFailure: the crashed VMI is replaced by a new one that runs, after one counted
+    // failure.
+    wait_for("a new running VMI for rerun", START, || async {
+        let vmi = vmis.get_opt("rerun").await.ok()??;
+        let replaced = vmi.metadata.uid.as_deref() != Some(uids[0].as_str());
+        (replaced && vmi.status.as_ref()?.phase? == VmiPhase::Running).then_some(())
+    })
+    .await;
+    let vm = vms.get("rerun").await.expect("VM");
+    let failures = vm
+        .status
+        .and_then(|s| s.start_failure)
+        .and_then(|f| f.consecutive_fail_count);
+    assert!(
+        failures.is_none() || failures == Some(1),
+        "one failure counted, reset once running: {failures:?}"
+    );
+    // Once: the failed VMI stays, with its reason; no new one is made.
+    let status = wait_for("the Once VMI to fail", START, || async {
+        let vmi = vmis.get_opt("once").await.ok()??;
+        let status = vmi.status.clone()?;
+        (status.phase? == VmiPhase::Failed).then_some((vmi.metadata.uid.clone(), status))
+    })
+    .await;
+    assert_eq!(
+        status.0.as_deref(),
+        Some(uids[1].as_str()),
+        "the Once VMI is not replaced"
+    );
+    assert!(
+        status.1.reason.is_some(),
+        "a failed VMI says why: {:?}",
+        status.1
+    );
+    printable_status(&vms, "once", "Stopped").await;
+}
+
+#[tokio::test]
+async fn a_clean_power_off_is_not_rerun() {
+    let client = client().await;
+    let namespace = TestNamespace::create(&client, "e2e-poweroff").await;
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &namespace.name);
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), &namespace.name);
+    let user_data = "#!/bin/sh\necho powering off\npoweroff -f\n";
+    vms.create(
+        &PostParams::default(),
+        &tiny_vm("off", "RerunOnFailure", user_data),
+    )
+    .await
+    .expect("VM created");
+    let done = vmi_in_phase(&vmis, "off", VmiPhase::Succeeded).await;
+    printable_status(&vms, "off", "Stopped").await;
+    let still = vmis.get("off").await.expect("the Succeeded VMI is kept");
+    assert_eq!(still.metadata.uid, done.metadata.uid, "not replaced");
+}
