@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that building and testing Ferrovirt need. Each component's own
+# script (guest-images/build.sh, tests/cluster/cluster.sh) installs what it needs as well; this
+# covers the Rust workspace itself. Idempotent: quick when everything is there.
+set -euo pipefail
+
+packages=(
+  build-essential pkg-config
+  qemu-system-x86       # the TCG backend and the QEMU side of the benchmarks
+  iproute2 iptables    # launcher networking tests (netns, tap, NAT)
+  e2fsprogs dosfstools mtools genisoimage  # disk images and cloud-init disks
+  socat util-linux      # the end-to-end tests read consoles from the nodes
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "all ${#packages[@]} packages present"
+fi
+command -v cargo >/dev/null || { echo "cargo is missing: install Rust (rustup) first" >&2; exit 1; }

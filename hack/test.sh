@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Runs every Ferrovirt test on this machine, installing what the tests need first:
+#   1. the Debian packages and the guest images (cached under /var/cache/ferrovirt);
+#   2. format and lint checks;
+#   3. the local cluster with Ferrovirt installed and a VM running (hack/up.sh);
+#   4. cargo test for the whole workspace: unit, integration and end-to-end tests;
+#   5. the local cluster's own checks (tests/cluster/test.sh, which ends with down and up).
+# Usage: hack/test.sh            (as root)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n== %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
+started=$(date +%s)
+
+step "installing build and test packages"
+hack/install-deps.sh
+
+step "building guest images (cached)"
+guest-images/build.sh
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "local cluster with Ferrovirt"
+hack/up.sh
+
+step "cargo test"
+cargo test --workspace --locked --no-fail-fast
+
+step "local cluster checks"
+tests/cluster/test.sh
+
+printf '\nall tests done in %ss\n' "$(( $(date +%s) - started ))"
