@@ -204,6 +204,8 @@ pub fn render_launcher_pod(
             namespace.clone().unwrap_or_default(),
             "--uid".into(),
             uid.clone(),
+            // Tap, NAT and DHCP for the masquerade binding, in this Pod's network namespace.
+            "--pod-network".into(),
         ]),
         resources: Some(ResourceRequirements {
             requests: Some(requests),
