@@ -6,9 +6,10 @@ set -euo pipefail
 
 packages=(
   build-essential pkg-config
-  qemu-system-x86       # the TCG backend and the QEMU side of the benchmarks
+  qemu-system-x86 qemu-utils  # the TCG backend, qcow2 containerDisks, the QEMU side of the benchmarks
   iproute2 iptables    # launcher networking tests (netns, tap, NAT)
-  e2fsprogs dosfstools mtools genisoimage  # disk images and cloud-init disks
+  e2fsprogs dosfstools mtools genisoimage xorriso  # disk images and cloud-init disks
+  busybox-static        # the launcher's network test (nc in the client namespace)
   socat util-linux      # the end-to-end tests read consoles from the nodes
 )
 
