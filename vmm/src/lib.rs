@@ -1,3 +1,21 @@
 //! The Ferrovirt VMM: a microVM on KVM built from rust-vmm crates, and virt-launcher.
+//!
+//! One library, thin binaries on top. [`builder::build_and_boot`] turns a [`config::VmConfig`]
+//! into a running VM in one documented order; the returned [`vmm::Vmm`] pauses, resumes, shuts
+//! down and stops it and tells why it stopped ([`lifecycle::VmExit`]). [`capability::probe`] says
+//! whether this host's `/dev/kvm` can run a standard guest at all.
+//!
+//! Layout (Firecracker's): `arch/` (x86_64 boot state: page tables, GDT, CPUID, MSRs, zero
+//! page), `vstate/` (KVM VM, vCPUs, guest memory), `devices/legacy` (16550 serial, i8042,
+//! power-off port), `devices/virtio` (MMIO transport, block, net, rng).
 
+pub mod arch;
+pub mod builder;
+pub mod capability;
 pub mod config;
+pub mod console;
+pub mod devices;
+pub mod lifecycle;
+pub mod loader;
+pub mod vmm;
+pub mod vstate;

@@ -1,0 +1,10 @@
+#!/bin/sh
+# Builds the release VMM and the test guests, then runs the boot benchmark.
+# Usage: vmm/bench/run.sh [--runs N] [--guest PATH] ...
+set -eu
+root=$(cd "$(dirname "$0")/../.." && pwd)
+guests=${FERROVIRT_TEST_GUESTS:-/var/cache/ferrovirt/test-guests}
+"$root/guest-images/test-guests/build.sh" "$guests" >/dev/null
+(cd "$root" && cargo build -p vmm --release --quiet)
+exec python3 "$root/vmm/bench/boot_bench.py" --vmm "$root/target/release/vmm" \
+    --guest "$guests/serial.elf" "$@"

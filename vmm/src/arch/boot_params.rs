@@ -1,0 +1,104 @@
+//! The Linux zero page (`boot_params`), written at [`ZERO_PAGE_START`](super::ZERO_PAGE_START)
+//! and handed to the kernel in `rsi`: the bzImage setup header (or a minimal one for ELF
+//! kernels), the command line pointer, the initramfs and the e820 memory map.
+
+use linux_loader::loader::bootparam::{boot_e820_entry, boot_params, setup_header};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryError, GuestMemoryMmap};
+
+use super::{ram_ranges, CMDLINE_START, EBDA_START, HIMEM_START, ZERO_PAGE_START};
+
+const KERNEL_BOOT_FLAG_MAGIC: u16 = 0xaa55;
+const KERNEL_HDR_MAGIC: u32 = 0x5372_6448; // "HdrS"
+const KERNEL_LOADER_OTHER: u8 = 0xff;
+const KERNEL_MIN_ALIGNMENT_BYTES: u32 = 0x0100_0000;
+const E820_RAM: u32 = 1;
+
+/// The initramfs as loaded in guest memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InitramfsRange {
+    pub address: u64,
+    pub size: u64,
+}
+
+/// Building the zero page failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ZeroPageError {
+    #[error("e820 map has more than {0} entries")]
+    E820TooLong(usize),
+    #[error("initramfs at {0:#x} does not fit the 32-bit boot protocol fields")]
+    InitramfsAbove4G(u64),
+    #[error("write zero page")]
+    Write(#[source] GuestMemoryError),
+}
+
+/// Builds and writes the zero page.
+pub fn write_zero_page(
+    mem: &GuestMemoryMmap,
+    memory_size: u64,
+    bzimage_header: Option<setup_header>,
+    cmdline_size: usize,
+    initramfs: Option<InitramfsRange>,
+) -> Result<(), ZeroPageError> {
+    let mut params = boot_params::default();
+    if let Some(hdr) = bzimage_header {
+        params.hdr = hdr;
+    }
+    params.hdr.type_of_loader = KERNEL_LOADER_OTHER;
+    params.hdr.boot_flag = KERNEL_BOOT_FLAG_MAGIC;
+    params.hdr.header = KERNEL_HDR_MAGIC;
+    params.hdr.cmd_line_ptr = CMDLINE_START as u32;
+    params.hdr.cmdline_size = cmdline_size as u32;
+    params.hdr.kernel_alignment = KERNEL_MIN_ALIGNMENT_BYTES;
+    if let Some(initramfs) = initramfs {
+        let address = u32::try_from(initramfs.address)
+            .map_err(|_| ZeroPageError::InitramfsAbove4G(initramfs.address))?;
+        let size = u32::try_from(initramfs.size)
+            .map_err(|_| ZeroPageError::InitramfsAbove4G(initramfs.address))?;
+        params.hdr.ramdisk_image = address;
+        params.hdr.ramdisk_size = size;
+    }
+    let mut e820 = vec![(0, EBDA_START)];
+    for (start, size) in ram_ranges(memory_size) {
+        let end = start + size;
+        let start = start.max(HIMEM_START);
+        if end > start {
+            e820.push((start, end - start));
+        }
+    }
+    if e820.len() > params.e820_table.len() {
+        return Err(ZeroPageError::E820TooLong(params.e820_table.len()));
+    }
+    for (slot, (addr, size)) in params.e820_table.iter_mut().zip(&e820) {
+        *slot = boot_e820_entry {
+            addr: *addr,
+            size: *size,
+            r#type: E820_RAM,
+        };
+    }
+    params.e820_entries = e820.len() as u8;
+    mem.write_obj(params, GuestAddress(ZERO_PAGE_START))
+        .map_err(ZeroPageError::Write)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn e820_and_header() {
+        let size = 64 << 20;
+        let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), size)]).unwrap();
+        let initramfs = InitramfsRange {
+            address: 0x300_0000,
+            size: 0x1000,
+        };
+        write_zero_page(&mem, size as u64, None, 10, Some(initramfs)).unwrap();
+        let params: boot_params = mem.read_obj(GuestAddress(ZERO_PAGE_START)).unwrap();
+        assert_eq!(params.e820_entries, 2);
+        let (addr, len) = (params.e820_table[1].addr, params.e820_table[1].size);
+        assert_eq!((addr, len), (HIMEM_START, size as u64 - HIMEM_START));
+        let (image, cmdline) = (params.hdr.ramdisk_image, params.hdr.cmd_line_ptr);
+        assert_eq!(image, 0x300_0000);
+        assert_eq!(cmdline, CMDLINE_START as u32);
+    }
+}

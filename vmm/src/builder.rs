@@ -1,0 +1,256 @@
+//! Building and booting a VM from a [`VmConfig`], in one documented order:
+//!
+//! 1. validate the config;
+//! 2. map guest memory, create the KVM VM (memory slots, TSS, irqchip, PIT);
+//! 3. legacy devices on the I/O bus: COM1 (irq 4) to its console, i8042 (irq 1), power-off port;
+//! 4. virtio-mmio devices on the MMIO bus, in order disks, nets, rng, vsock: device `i` at
+//!    `0xd0000000 + i * 0x1000`, irq `5 + i`, each queue's notify register bound to an eventfd
+//!    (KVM ioeventfd with the queue index as datamatch), the interrupt to an irqfd;
+//! 5. load the kernel, initramfs and command line (with the virtio-mmio entries), write the zero
+//!    page, GDT and page tables;
+//! 6. create and configure the vCPUs, then start one thread each.
+
+use std::fs::{File, OpenOptions};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use kvm_ioctls::IoEventAddress;
+use vm_memory::GuestMemoryMmap;
+use vmm_sys_util::eventfd::EventFd;
+
+use crate::arch::boot_params::{write_zero_page, ZeroPageError};
+use crate::arch::regs::{write_boot_tables, WriteBootTablesError};
+use crate::arch::{LAST_IRQ, VIRTIO_FIRST_IRQ, VIRTIO_MMIO_SIZE, VIRTIO_MMIO_START};
+use crate::config::{parse_mac, ValidationError, VmConfig};
+use crate::console::{Console, OpenConsoleError};
+use crate::devices::bus::{Bus, BusError};
+use crate::devices::legacy::i8042::I8042;
+use crate::devices::legacy::power_off::PowerOffPort;
+use crate::devices::legacy::serial::{feed_input, SerialDevice};
+use crate::devices::legacy::{COM1_BASE, COM1_IRQ, I8042_DATA_PORT, I8042_IRQ, POWER_OFF_PORT};
+use crate::devices::virtio::block::request::RawFile;
+use crate::devices::virtio::block::Block;
+use crate::devices::virtio::mmio::{CreateTransportError, MmioTransport, REG_QUEUE_NOTIFY};
+use crate::devices::virtio::net::tap::{Tap, TapError};
+use crate::devices::virtio::net::Net;
+use crate::devices::virtio::rng::Rng;
+use crate::devices::virtio::vsock::Vsock;
+use crate::devices::virtio::{Interrupt, VirtioDevice};
+use crate::lifecycle::RunControl;
+use crate::loader::{self, CmdlineError, LoadInitramfsError, LoadKernelError};
+use crate::vmm::Vmm;
+use crate::vstate::memory::{create_guest_memory, MemoryError};
+use crate::vstate::vcpu::{ConfigureVcpuError, Vcpu};
+use crate::vstate::vm::{CreateVmError, Vm};
+
+/// Building or booting the VM failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StartVmError {
+    #[error("invalid config")]
+    Validate(#[source] ValidationError),
+    #[error("guest memory")]
+    Memory(#[source] MemoryError),
+    #[error("create VM")]
+    CreateVm(#[source] CreateVmError),
+    #[error("open console")]
+    Console(#[source] OpenConsoleError),
+    #[error("create eventfd")]
+    EventFd(#[source] std::io::Error),
+    #[error("register irqfd for irq {0}")]
+    RegisterIrqfd(u32, #[source] kvm_ioctls::Error),
+    #[error("register ioeventfd at {0:#x}")]
+    RegisterIoevent(u64, #[source] kvm_ioctls::Error),
+    #[error("place device on bus")]
+    Bus(#[source] BusError),
+    #[error("open disk {0}")]
+    OpenDisk(PathBuf, #[source] std::io::Error),
+    #[error("open tap for net {0:?}")]
+    OpenTap(String, #[source] TapError),
+    #[error("net {0:?}: bad mac")]
+    BadMac(String),
+    #[error("open entropy source {0}")]
+    OpenRng(PathBuf, #[source] std::io::Error),
+    #[error("bind vsock socket {0}")]
+    Vsock(PathBuf, #[source] std::io::Error),
+    #[error("too many virtio devices: irq {0} is past the last IOAPIC pin")]
+    TooManyDevices(u32),
+    #[error("virtio transport")]
+    Transport(#[source] CreateTransportError),
+    #[error("load kernel")]
+    LoadKernel(#[source] LoadKernelError),
+    #[error("load initramfs")]
+    LoadInitramfs(#[source] LoadInitramfsError),
+    #[error("kernel command line")]
+    Cmdline(#[source] CmdlineError),
+    #[error("zero page")]
+    ZeroPage(#[source] ZeroPageError),
+    #[error("boot tables")]
+    BootTables(#[source] WriteBootTablesError),
+    #[error("configure vCPU")]
+    Vcpu(#[source] ConfigureVcpuError),
+    #[error("start thread")]
+    Thread(#[source] std::io::Error),
+}
+
+fn irq_eventfd(vm: &Vm, irq: u32) -> Result<EventFd, StartVmError> {
+    let evt = EventFd::new(libc::EFD_NONBLOCK).map_err(StartVmError::EventFd)?;
+    vm.fd
+        .register_irqfd(&evt, irq)
+        .map_err(|e| StartVmError::RegisterIrqfd(irq, e))?;
+    Ok(evt)
+}
+
+/// Builds the VM described by `config` and starts its vCPUs.
+pub fn build_and_boot(config: &VmConfig) -> Result<Vmm, StartVmError> {
+    config.validate().map_err(StartVmError::Validate)?;
+
+    let mem = create_guest_memory(config.memory.size).map_err(StartVmError::Memory)?;
+    let vm = Vm::new(&mem).map_err(StartVmError::CreateVm)?;
+    let vcpu_count = config.cpus.boot_vcpus;
+    let control = Arc::new(RunControl::new(usize::from(vcpu_count)));
+
+    let mut pio = Bus::new();
+    let mut console = Console::open(&config.serial).map_err(StartVmError::Console)?;
+    let serial = Arc::new(Mutex::new(SerialDevice::new(
+        irq_eventfd(&vm, COM1_IRQ)?,
+        console.take_output(),
+    )));
+    pio.insert(serial.clone(), COM1_BASE, 8)
+        .map_err(StartVmError::Bus)?;
+    let i8042 = Arc::new(Mutex::new(I8042::new(
+        control.clone(),
+        irq_eventfd(&vm, I8042_IRQ)?,
+    )));
+    pio.insert(i8042.clone(), I8042_DATA_PORT, 5)
+        .map_err(StartVmError::Bus)?;
+    pio.insert(
+        Arc::new(Mutex::new(PowerOffPort::new(control.clone()))),
+        POWER_OFF_PORT,
+        4,
+    )
+    .map_err(StartVmError::Bus)?;
+
+    let mut mmio = Bus::new();
+    let mut virtio_slots = Vec::new();
+    for device in virtio_devices(config)? {
+        let index = virtio_slots.len() as u64;
+        let base = VIRTIO_MMIO_START + index * VIRTIO_MMIO_SIZE;
+        let irq = VIRTIO_FIRST_IRQ + index as u32;
+        if irq > LAST_IRQ {
+            return Err(StartVmError::TooManyDevices(irq));
+        }
+        add_virtio_device(&vm, &mem, &mut mmio, device, base, irq)?;
+        virtio_slots.push((base, irq));
+    }
+
+    let kernel =
+        loader::load_kernel(&mem, &config.payload.kernel).map_err(StartVmError::LoadKernel)?;
+    let initramfs = match &config.payload.initramfs {
+        Some(path) => Some(
+            loader::load_initramfs(&mem, path, config.memory.size, kernel.end)
+                .map_err(StartVmError::LoadInitramfs)?,
+        ),
+        None => None,
+    };
+    let cmdline = loader::build_cmdline(&config.payload.cmdline, &virtio_slots)
+        .map_err(StartVmError::Cmdline)?;
+    let cmdline_size = loader::write_cmdline(&mem, &cmdline).map_err(StartVmError::Cmdline)?;
+    write_zero_page(
+        &mem,
+        config.memory.size,
+        kernel.bzimage_header,
+        cmdline_size,
+        initramfs,
+    )
+    .map_err(StartVmError::ZeroPage)?;
+    write_boot_tables(&mem).map_err(StartVmError::BootTables)?;
+
+    let buses = (Arc::new(pio), Arc::new(mmio));
+    let vcpus = (0..vcpu_count)
+        .map(|id| {
+            Vcpu::new(
+                &vm,
+                id,
+                vcpu_count,
+                kernel.entry,
+                buses.clone(),
+                control.clone(),
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(StartVmError::Vcpu)?;
+
+    console
+        .start_input(move |bytes| feed_input(&serial, bytes))
+        .map_err(StartVmError::Thread)?;
+    let mut threads = Vec::with_capacity(vcpus.len());
+    for vcpu in vcpus {
+        match vcpu.spawn() {
+            Ok(thread) => threads.push(thread),
+            Err(e) => {
+                control.request_exit(crate::lifecycle::VmExit::Error(format!("start vCPU: {e}")));
+                drop(Vmm::new(control, threads, i8042, vm, mem));
+                return Err(StartVmError::Thread(e));
+            }
+        }
+    }
+    Ok(Vmm::new(control, threads, i8042, vm, mem))
+}
+
+/// The configured virtio devices, opened, in slot order.
+fn virtio_devices(config: &VmConfig) -> Result<Vec<Box<dyn VirtioDevice>>, StartVmError> {
+    let mut devices: Vec<Box<dyn VirtioDevice>> = Vec::new();
+    for disk in &config.disks {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(!disk.readonly)
+            .open(&disk.path)
+            .map_err(|e| StartVmError::OpenDisk(disk.path.clone(), e))?;
+        let backend =
+            RawFile::new(file).map_err(|e| StartVmError::OpenDisk(disk.path.clone(), e))?;
+        devices.push(Box::new(Block::new(
+            Box::new(backend),
+            disk.readonly,
+            &disk.id,
+        )));
+    }
+    for net in &config.net {
+        let mac = parse_mac(&net.mac).ok_or_else(|| StartVmError::BadMac(net.id.clone()))?;
+        let tap = Tap::open(&net.tap).map_err(|e| StartVmError::OpenTap(net.id.clone(), e))?;
+        devices.push(Box::new(Net::new(tap, mac)));
+    }
+    if let Some(rng) = &config.rng {
+        let source = File::open(&rng.src).map_err(|e| StartVmError::OpenRng(rng.src.clone(), e))?;
+        devices.push(Box::new(Rng::new(source)));
+    }
+    if let Some(vsock) = &config.vsock {
+        let device = Vsock::new(vsock.cid, &vsock.socket)
+            .map_err(|e| StartVmError::Vsock(vsock.socket.clone(), e))?;
+        devices.push(Box::new(device));
+    }
+    Ok(devices)
+}
+
+fn add_virtio_device(
+    vm: &Vm,
+    mem: &GuestMemoryMmap,
+    mmio: &mut Bus,
+    device: Box<dyn VirtioDevice>,
+    base: u64,
+    irq: u32,
+) -> Result<(), StartVmError> {
+    let notify = base + REG_QUEUE_NOTIFY;
+    let mut queue_evts = Vec::new();
+    for index in 0..device.queue_max_sizes().len() as u32 {
+        let evt = EventFd::new(libc::EFD_NONBLOCK).map_err(StartVmError::EventFd)?;
+        vm.fd
+            .register_ioevent(&evt, &IoEventAddress::Mmio(notify), index)
+            .map_err(|e| StartVmError::RegisterIoevent(notify, e))?;
+        queue_evts.push(evt);
+    }
+    let interrupt = Arc::new(Interrupt::new(irq_eventfd(vm, irq)?));
+    let transport = MmioTransport::new(device, mem.clone(), queue_evts, interrupt)
+        .map_err(StartVmError::Transport)?;
+    mmio.insert(Arc::new(Mutex::new(transport)), base, VIRTIO_MMIO_SIZE)
+        .map_err(StartVmError::Bus)
+}

@@ -1,0 +1,194 @@
+//! virtio-rng: one queue of device-writable buffers that the device fills from a host entropy
+//! source (default `/dev/urandom`). Each chain gets at most 64 KiB; the used length is what was
+//! written. A chain with a device-readable descriptor is malformed.
+
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::sync::{Arc, Mutex};
+
+use log::warn;
+use virtio_queue::{DescriptorChain, Queue, QueueT};
+use vm_memory::{Address, Bytes, GuestMemoryError, GuestMemoryMmap};
+use vmm_sys_util::eventfd::EventFd;
+
+use super::chain::{self, ChainError};
+use super::worker::{self, WorkerEvent, WorkerHandle};
+use super::{ActivateError, Activation, Interrupt, VirtioDevice, TYPE_RNG, VIRTIO_F_VERSION_1};
+
+const QUEUE_SIZES: [u16; 1] = [256];
+const REQUEST_QUEUE_EVENT: u64 = 0;
+/// Most bytes one chain receives.
+pub const MAX_CHAIN_BYTES: usize = 64 << 10;
+
+/// A malformed request or a failed entropy read.
+#[derive(Debug, thiserror::Error)]
+pub enum FillError {
+    #[error("descriptor chain")]
+    Chain(#[from] ChainError),
+    #[error("descriptor {0} is device-readable")]
+    Direction(usize),
+    #[error("read entropy source")]
+    Source(#[source] std::io::Error),
+    #[error("guest buffer at {0:#x}")]
+    GuestMemory(u64, #[source] GuestMemoryError),
+}
+
+/// Fills the chain's buffers from `source`; returns the bytes written.
+pub fn fill_chain<R: Read>(
+    mem: &GuestMemoryMmap,
+    chain: DescriptorChain<&GuestMemoryMmap>,
+    source: &mut R,
+) -> Result<u32, FillError> {
+    let descs = chain::collect(chain)?;
+    if let Some(index) = descs.iter().position(|d| !d.is_write_only()) {
+        return Err(FillError::Direction(index));
+    }
+    let mut budget = MAX_CHAIN_BYTES;
+    let mut written = 0u32;
+    let mut buf = vec![0u8; 4096];
+    for desc in descs {
+        let mut done = 0usize;
+        while done < desc.len() as usize && budget > 0 {
+            let n = (desc.len() as usize - done).min(buf.len()).min(budget);
+            source
+                .read_exact(&mut buf[..n])
+                .map_err(FillError::Source)?;
+            let addr = desc
+                .addr()
+                .checked_add(done as u64)
+                .ok_or(FillError::GuestMemory(
+                    desc.addr().0,
+                    GuestMemoryError::InvalidGuestAddress(desc.addr()),
+                ))?;
+            mem.write_slice(&buf[..n], addr)
+                .map_err(|e| FillError::GuestMemory(addr.0, e))?;
+            done += n;
+            budget -= n;
+            written += n as u32;
+        }
+    }
+    Ok(written)
+}
+
+/// A virtio-rng device.
+pub struct Rng {
+    source: Arc<Mutex<File>>,
+    worker: Option<WorkerHandle>,
+}
+
+impl Rng {
+    pub fn new(source: File) -> Rng {
+        Rng {
+            source: Arc::new(Mutex::new(source)),
+            worker: None,
+        }
+    }
+}
+
+struct RngWorker {
+    mem: GuestMemoryMmap,
+    queue: Queue,
+    evt: EventFd,
+    interrupt: Arc<Interrupt>,
+    source: Arc<Mutex<File>>,
+}
+
+impl RngWorker {
+    fn process_queue(&mut self) {
+        let mut used_any = false;
+        let mut source = self.source.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some(chain) = self.queue.pop_descriptor_chain(&self.mem) {
+            if self.interrupt.is_broken() {
+                return;
+            }
+            let head = chain.head_index();
+            let len = match fill_chain(&self.mem, chain, &mut *source) {
+                Ok(len) => len,
+                Err(e) => {
+                    warn!("virtio-rng: {e}; device marked broken");
+                    self.interrupt.mark_broken();
+                    return;
+                }
+            };
+            if let Err(e) = self.queue.add_used(&self.mem, head, len) {
+                warn!("virtio-rng: add used: {e}; device marked broken");
+                self.interrupt.mark_broken();
+                return;
+            }
+            used_any = true;
+        }
+        if used_any {
+            self.interrupt.signal_used_queue();
+        }
+    }
+}
+
+impl VirtioDevice for Rng {
+    fn device_type(&self) -> u32 {
+        TYPE_RNG
+    }
+
+    fn queue_max_sizes(&self) -> &[u16] {
+        &QUEUE_SIZES
+    }
+
+    fn features(&self) -> u64 {
+        VIRTIO_F_VERSION_1
+    }
+
+    fn config_space(&self) -> Vec<u8> {
+        Vec::new()
+    }
+
+    fn activate(&mut self, activation: Activation) -> Result<(), ActivateError> {
+        let Activation {
+            mem,
+            mut queues,
+            mut queue_evts,
+            interrupt,
+            ..
+        } = activation;
+        if queues.len() != 1 || queue_evts.len() != 1 {
+            return Err(ActivateError::QueueCount {
+                expected: 1,
+                got: queues.len(),
+            });
+        }
+        let evt = queue_evts.remove(0);
+        let fd = evt.as_raw_fd();
+        let mut state = RngWorker {
+            mem,
+            queue: queues.remove(0),
+            evt,
+            interrupt,
+            source: self.source.clone(),
+        };
+        let handle = worker::spawn(
+            "virtio-rng",
+            vec![WorkerEvent {
+                fd,
+                token: REQUEST_QUEUE_EVENT,
+                edge_triggered: false,
+            }],
+            move |token, _| {
+                if token == REQUEST_QUEUE_EVENT {
+                    let _ = state.evt.read();
+                    state.process_queue();
+                }
+            },
+        )
+        .map_err(ActivateError::Worker)?;
+        self.worker = Some(handle);
+        Ok(())
+    }
+
+    fn reset(&mut self) {
+        if let Some(mut worker) = self.worker.take() {
+            worker.stop();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

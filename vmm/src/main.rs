@@ -1,0 +1,227 @@
+//! `vmm`: runs one VM from a JSON `VmConfig` and/or flags, until it stops.
+//!
+//! ```text
+//! vmm --config vm.json
+//! vmm --kernel guest.elf --memory 64 --serial file:/tmp/serial.log --disk disk.img
+//! ```
+//! Flags override or extend the config file. SIGTERM asks the guest to shut down (ctrl-alt-del
+//! through the i8042) and stops it after `--shutdown-grace` seconds; SIGINT stops it at once.
+//! The exit status says why the VM stopped: 0 guest power-off with code 0 or reset, the guest's
+//! code (mod 256) for a non-zero power-off code, 2 triple fault, 3 stopped by the host, 1 an
+//! error.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use clap::Parser;
+use vmm::capability::{self, KvmCapability, NEEDS_HARDWARE_VIRT};
+use vmm::config::{ConsoleConfig, DiskConfig, NetConfig, RngConfig, VmConfig, VsockConfig};
+use vmm::lifecycle::VmExit;
+
+#[derive(Parser, Debug)]
+#[command(name = "vmm", about = "Ferrovirt microVM VMM on KVM")]
+struct Args {
+    /// VmConfig as JSON.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Kernel: ELF (64-bit entry) or bzImage.
+    #[arg(long)]
+    kernel: Option<PathBuf>,
+    #[arg(long)]
+    initramfs: Option<PathBuf>,
+    #[arg(long)]
+    cmdline: Option<String>,
+    /// Guest memory in MiB.
+    #[arg(long)]
+    memory: Option<u64>,
+    #[arg(long)]
+    cpus: Option<u8>,
+    /// A raw disk: PATH or PATH,ro (repeatable). Its id is disk0, disk1, ...
+    #[arg(long)]
+    disk: Vec<String>,
+    /// A tap-backed NIC: TAP,MAC (repeatable).
+    #[arg(long)]
+    net: Vec<String>,
+    /// A vsock device: CID,SOCKET (host side is the unix socket SOCKET).
+    #[arg(long)]
+    vsock: Option<String>,
+    /// Add a virtio-rng fed from /dev/urandom.
+    #[arg(long)]
+    rng: bool,
+    /// Serial console: off, null, tty, file:PATH or socket:PATH.
+    #[arg(long)]
+    serial: Option<String>,
+    /// Refuse to start unless this host has hardware virtualization (for standard guests such
+    /// as Linux, which cannot boot on a PVM /dev/kvm).
+    #[arg(long)]
+    require_hardware_virt: bool,
+    /// Print the host's KVM capability and exit.
+    #[arg(long)]
+    probe: bool,
+    /// Seconds SIGTERM waits for the guest to shut down before stopping it.
+    #[arg(long, default_value_t = 10)]
+    shutdown_grace: u64,
+    /// At exit, print how much guest memory was touched (for benchmarks).
+    #[arg(long)]
+    stats: bool,
+}
+
+fn parse_console(spec: &str) -> Result<ConsoleConfig, String> {
+    Ok(match spec.split_once(':') {
+        None if spec == "off" => ConsoleConfig::Off,
+        None if spec == "null" => ConsoleConfig::Null,
+        None if spec == "tty" => ConsoleConfig::Tty,
+        Some(("file", path)) => ConsoleConfig::File { path: path.into() },
+        Some(("socket", path)) => ConsoleConfig::Socket { path: path.into() },
+        _ => return Err(format!("bad --serial {spec:?}")),
+    })
+}
+
+fn build_config(args: &Args) -> Result<VmConfig, String> {
+    let mut config = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("read {}: {e}", path.display()))?;
+            serde_json::from_str(&text).map_err(|e| format!("parse {}: {e}", path.display()))?
+        }
+        None => VmConfig::default(),
+    };
+    if let Some(kernel) = &args.kernel {
+        config.payload.kernel = kernel.clone();
+    }
+    if let Some(initramfs) = &args.initramfs {
+        config.payload.initramfs = Some(initramfs.clone());
+    }
+    if let Some(cmdline) = &args.cmdline {
+        config.payload.cmdline = cmdline.clone();
+    }
+    if let Some(mib) = args.memory {
+        config.memory.size = mib << 20;
+    }
+    if let Some(cpus) = args.cpus {
+        config.cpus.boot_vcpus = cpus;
+        config.cpus.max_vcpus = config.cpus.max_vcpus.max(cpus);
+    }
+    for spec in &args.disk {
+        let (path, readonly) = match spec.strip_suffix(",ro") {
+            Some(path) => (path, true),
+            None => (spec.as_str(), false),
+        };
+        config.disks.push(DiskConfig {
+            id: format!("disk{}", config.disks.len()),
+            path: path.into(),
+            readonly,
+        });
+    }
+    for spec in &args.net {
+        let (tap, mac) = spec
+            .split_once(',')
+            .ok_or_else(|| format!("bad --net {spec:?}: want TAP,MAC"))?;
+        config.net.push(NetConfig {
+            id: format!("net{}", config.net.len()),
+            tap: tap.into(),
+            mac: mac.into(),
+        });
+    }
+    if let Some(spec) = &args.vsock {
+        let (cid, socket) = spec
+            .split_once(',')
+            .ok_or_else(|| format!("bad --vsock {spec:?}: want CID,SOCKET"))?;
+        let cid = cid.parse().map_err(|_| format!("bad vsock cid {cid:?}"))?;
+        config.vsock = Some(VsockConfig {
+            cid,
+            socket: socket.into(),
+        });
+    }
+    if args.rng {
+        config.rng = Some(RngConfig::default());
+    }
+    if let Some(serial) = &args.serial {
+        config.serial = parse_console(serial)?;
+    }
+    Ok(config)
+}
+
+static TERMINATE: AtomicBool = AtomicBool::new(false);
+static INTERRUPT: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(signal: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    if signal == libc::SIGTERM {
+        TERMINATE.store(true, Ordering::SeqCst);
+    } else {
+        INTERRUPT.store(true, Ordering::SeqCst);
+    }
+}
+
+fn exit_code(exit: &VmExit) -> u8 {
+    match exit {
+        VmExit::PowerOff { code } => (*code & 0xff) as u8,
+        VmExit::Reset => 0,
+        VmExit::TripleFault => 2,
+        VmExit::Stopped => 3,
+        VmExit::Error(_) => 1,
+    }
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let args = Args::parse();
+    let capability = capability::probe();
+    if args.probe {
+        println!("{capability:?}");
+        return ExitCode::SUCCESS;
+    }
+    if args.require_hardware_virt && capability != KvmCapability::Hardware {
+        match capability {
+            KvmCapability::PvmOnly => eprintln!("vmm: {NEEDS_HARDWARE_VIRT}"),
+            other => eprintln!("vmm: needs hardware virtualization: {other:?}"),
+        }
+        return ExitCode::from(2);
+    }
+    let config = match build_config(&args) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("vmm: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        if let Err(e) = vmm_sys_util::signal::register_signal_handler(signal, on_signal) {
+            eprintln!("vmm: cannot handle signal {signal}: {e}");
+        }
+    }
+    let mut vm = match vmm::builder::build_and_boot(&config) {
+        Ok(vm) => vm,
+        Err(e) => {
+            let mut text = format!("vmm: {e}");
+            let mut source = std::error::Error::source(&e);
+            while let Some(cause) = source {
+                text.push_str(&format!(": {cause}"));
+                source = cause.source();
+            }
+            eprintln!("{text}");
+            return ExitCode::from(1);
+        }
+    };
+    let exit = loop {
+        if let Some(exit) = vm.wait_timeout(Duration::from_millis(100)) {
+            break exit;
+        }
+        if INTERRUPT.load(Ordering::SeqCst) {
+            break vm.stop();
+        }
+        if TERMINATE.load(Ordering::SeqCst) {
+            break vm.shutdown(Duration::from_secs(args.shutdown_grace));
+        }
+    };
+    eprintln!("vmm: VM stopped: {exit}");
+    if args.stats {
+        match vmm::vstate::memory::resident_bytes(vm.guest_memory()) {
+            Ok(bytes) => eprintln!("vmm: guest memory touched: {} KiB", bytes / 1024),
+            Err(e) => eprintln!("vmm: guest memory touched: unknown ({e})"),
+        }
+    }
+    ExitCode::from(exit_code(&exit))
+}

@@ -1,0 +1,206 @@
+//! A running VM: pause, resume, graceful shutdown, forced stop, and why it stopped.
+//!
+//! * [`Vmm::pause`] parks every vCPU (kicking them out of `KVM_RUN`) and returns once all are
+//!   parked; device workers keep serving requests already queued. [`Vmm::resume`] lets them run.
+//! * [`Vmm::request_shutdown`] asks the guest to shut down (ctrl-alt-del through the i8042, the
+//!   ACPI-free path); [`Vmm::shutdown`] waits a grace period for it, then stops the VM.
+//! * [`Vmm::stop`] stops the vCPUs at once; [`Vmm::wait`] waits for the guest to stop by itself.
+//!   Both return the [`VmExit`]: the first reason recorded (guest power-off, reset, triple
+//!   fault, error, or [`VmExit::Stopped`] when the host stopped it).
+
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use log::warn;
+use vm_memory::GuestMemoryMmap;
+use vmm_sys_util::signal::Killable;
+
+use crate::devices::legacy::i8042::I8042;
+use crate::lifecycle::{Requested, RunControl, VmExit};
+use crate::vstate::vcpu::kick_signal;
+use crate::vstate::vm::Vm;
+
+/// How often a pending pause or stop re-kicks vCPUs that have not acknowledged it yet.
+const KICK_INTERVAL: Duration = Duration::from_millis(5);
+
+/// The VM's state as the host sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VmState {
+    Running,
+    Paused,
+    Stopped(VmExit),
+}
+
+/// A lifecycle request that does not apply.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum LifecycleError {
+    #[error("the VM has stopped: {0}")]
+    NotRunning(VmExit),
+}
+
+/// A built, running VM.
+pub struct Vmm {
+    control: Arc<RunControl>,
+    vcpus: Vec<JoinHandle<()>>,
+    i8042: Arc<Mutex<I8042>>,
+    // Dropped after the vCPU threads have been joined (see Drop).
+    _vm: Vm,
+    mem: GuestMemoryMmap,
+}
+
+impl Vmm {
+    pub(crate) fn new(
+        control: Arc<RunControl>,
+        vcpus: Vec<JoinHandle<()>>,
+        i8042: Arc<Mutex<I8042>>,
+        vm: Vm,
+        mem: GuestMemoryMmap,
+    ) -> Self {
+        Vmm {
+            control,
+            vcpus,
+            i8042,
+            _vm: vm,
+            mem,
+        }
+    }
+
+    /// Guest memory (for inspection by tests and tools).
+    pub fn guest_memory(&self) -> &GuestMemoryMmap {
+        &self.mem
+    }
+
+    pub fn state(&self) -> VmState {
+        let state = self.control.lock();
+        match (&state.exit, state.requested) {
+            (Some(exit), _) => VmState::Stopped(exit.clone()),
+            (None, Requested::Pause) => VmState::Paused,
+            _ => VmState::Running,
+        }
+    }
+
+    fn kick(&self) {
+        for vcpu in &self.vcpus {
+            if !vcpu.is_finished() {
+                if let Err(e) = vcpu.kill(kick_signal()) {
+                    warn!("kick vCPU thread: {e}");
+                }
+            }
+        }
+    }
+
+    /// Parks every vCPU; returns when all are parked.
+    pub fn pause(&self) -> Result<(), LifecycleError> {
+        let mut state = self.control.lock();
+        if let Some(exit) = &state.exit {
+            return Err(LifecycleError::NotRunning(exit.clone()));
+        }
+        state.requested = Requested::Pause;
+        self.control.notify();
+        loop {
+            if let Some(exit) = &state.exit {
+                return Err(LifecycleError::NotRunning(exit.clone()));
+            }
+            if state.parked_vcpus >= state.live_vcpus {
+                return Ok(());
+            }
+            drop(state);
+            self.kick();
+            state = self.control.lock();
+            state = self.control.wait_timeout(state, KICK_INTERVAL);
+        }
+    }
+
+    /// Lets paused vCPUs run again.
+    pub fn resume(&self) -> Result<(), LifecycleError> {
+        let mut state = self.control.lock();
+        if let Some(exit) = &state.exit {
+            return Err(LifecycleError::NotRunning(exit.clone()));
+        }
+        state.requested = Requested::Run;
+        drop(state);
+        self.control.notify();
+        Ok(())
+    }
+
+    /// Asks the guest to shut down (ctrl-alt-del on the i8042).
+    pub fn request_shutdown(&self) {
+        self.i8042
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .ctrl_alt_del();
+    }
+
+    /// Graceful shutdown: asks the guest, waits up to `grace`, then stops the VM.
+    pub fn shutdown(&mut self, grace: Duration) -> VmExit {
+        if self.state() == VmState::Paused {
+            let _ = self.resume();
+        }
+        self.request_shutdown();
+        match self.wait_timeout(grace) {
+            Some(exit) => exit,
+            None => self.stop(),
+        }
+    }
+
+    /// Stops the VM now; returns why it stopped.
+    pub fn stop(&mut self) -> VmExit {
+        self.control.request_exit(VmExit::Stopped);
+        self.join_vcpus();
+        self.control.exit().unwrap_or(VmExit::Stopped)
+    }
+
+    /// Waits until the VM stops by itself.
+    pub fn wait(&mut self) -> VmExit {
+        let mut state = self.control.lock();
+        while state.exit.is_none() {
+            state = self.control.wait(state);
+        }
+        drop(state);
+        self.join_vcpus();
+        self.control.exit().unwrap_or(VmExit::Stopped)
+    }
+
+    /// Waits at most `timeout` for the VM to stop by itself.
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Option<VmExit> {
+        let deadline = Instant::now() + timeout;
+        let mut state = self.control.lock();
+        while state.exit.is_none() {
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            state = self.control.wait_timeout(state, deadline - now);
+        }
+        drop(state);
+        self.join_vcpus();
+        self.control.exit()
+    }
+
+    fn join_vcpus(&mut self) {
+        loop {
+            let state = self.control.lock();
+            if state.live_vcpus == 0 || self.vcpus.iter().all(|v| v.is_finished()) {
+                break;
+            }
+            drop(state);
+            self.kick();
+            let state = self.control.lock();
+            drop(self.control.wait_timeout(state, KICK_INTERVAL));
+        }
+        for vcpu in self.vcpus.drain(..) {
+            if vcpu.join().is_err() {
+                warn!("a vCPU thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for Vmm {
+    fn drop(&mut self) {
+        if !self.vcpus.is_empty() {
+            self.stop();
+        }
+    }
+}
