@@ -1,0 +1,202 @@
+//! Backends: what runs the VM. Both take the same `VmConfig` and sit behind [`Backend`]:
+//! - [`kvm`]: the in-process rust-vmm VMM (`vmm` crate) on `/dev/kvm`;
+//! - [`qemu`]: `qemu-system-x86_64 -M microvm -accel tcg`, driven over QMP.
+//!
+//! [`choose`] picks one: QEMU TCG when the KubeVirt CR sets `useEmulation`, or when the KVM probe
+//! says this host's `/dev/kvm` cannot run a standard guest; KVM otherwise. The choice and its
+//! reason are reported in `GetDomain`.
+//!
+//! Every method is blocking with its own deadline; the gRPC server calls them from blocking
+//! tasks. [`Backend::poll`] is cheap and never blocks for long: the server's monitor calls it
+//! periodically to notice a VMM that died.
+
+pub mod kvm;
+pub mod qemu;
+pub mod qmp;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use vmm::capability::KvmCapability;
+use vmm::config::VmConfig;
+
+/// Which backend runs the VM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendKind {
+    Kvm,
+    QemuTcg,
+}
+
+/// The backend chosen for a VM and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackendChoice {
+    pub kind: BackendKind,
+    pub reason: String,
+}
+
+/// Chooses the backend from `useEmulation` and the KVM probe.
+pub fn choose(use_emulation: bool, kvm: &KvmCapability) -> BackendChoice {
+    let (kind, reason) = match (use_emulation, kvm) {
+        (true, _) => (
+            BackendKind::QemuTcg,
+            "useEmulation is set in the KubeVirt configuration".to_string(),
+        ),
+        (false, KvmCapability::Hardware) => (
+            BackendKind::Kvm,
+            "/dev/kvm has hardware virtualization".to_string(),
+        ),
+        (false, KvmCapability::PvmOnly) => (
+            BackendKind::QemuTcg,
+            "/dev/kvm is PVM (no vmx/svm): it cannot run a standard guest".to_string(),
+        ),
+        (false, KvmCapability::Unavailable(why)) => {
+            (BackendKind::QemuTcg, format!("KVM is not usable: {why}"))
+        }
+    };
+    BackendChoice { kind, reason }
+}
+
+/// What the backend sees of the VM.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VmStatus {
+    Running,
+    Paused,
+    /// The VM is gone; `crashed` when it did not end by a power-off or a host request.
+    Exited {
+        reason: String,
+        crashed: bool,
+    },
+}
+
+/// Resource use of the VMM.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VmmStats {
+    /// PID of the VMM process (0: in-process).
+    pub pid: u32,
+    pub cpu_ms: u64,
+    pub rss_bytes: u64,
+}
+
+/// Why a backend operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("QMP")]
+    Qmp(#[from] qmp::QmpError),
+    #[error("the VM has already exited: {0}")]
+    Exited(String),
+    #[error("{0}")]
+    Vmm(String),
+    #[error("{0} is not supported by this backend")]
+    Unsupported(&'static str),
+    #[error("cannot stop the VMM process")]
+    Kill(#[source] std::io::Error),
+}
+
+/// A running VM.
+pub trait Backend: Send {
+    fn kind(&self) -> BackendKind;
+    /// Stops the vCPUs.
+    fn pause(&mut self) -> Result<(), BackendError>;
+    /// Starts the vCPUs again (also the first start of a VM created paused).
+    fn resume(&mut self) -> Result<(), BackendError>;
+    /// Asks the guest to power off; returns at once.
+    fn request_shutdown(&mut self) -> Result<(), BackendError>;
+    /// Stops the VM at once; the reason is recorded as the exit reason.
+    fn kill(&mut self, reason: &str) -> Result<(), BackendError>;
+    /// Hardware reset.
+    fn reset(&mut self) -> Result<(), BackendError>;
+    /// The current status; notices a VMM that died.
+    fn poll(&mut self) -> VmStatus;
+    fn stats(&mut self) -> VmmStats;
+}
+
+/// Reads the CPU time (utime + stime, in ms) and RSS of a process from `/proc`.
+pub fn process_stats(pid: u32) -> VmmStats {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may contain spaces) start after the last ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let number = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // After ')': state is index 0, utime 11, stime 12, rss (pages) 21.
+    let ticks = number(11) + number(12);
+    let clock_ticks = 100; // USER_HZ on Linux x86_64.
+    VmmStats {
+        pid,
+        cpu_ms: ticks * 1000 / clock_ticks,
+        rss_bytes: number(21) * 4096,
+    }
+}
+
+/// A file the VM needs that is not there.
+#[derive(Debug, thiserror::Error)]
+#[error("the {what} {path} does not exist")]
+pub struct MissingFile {
+    pub what: &'static str,
+    pub path: PathBuf,
+}
+
+/// Checks that the kernel, initramfs and disk files of `config` exist.
+pub fn check_files(config: &VmConfig) -> Result<(), MissingFile> {
+    let mut files = vec![("kernel", &config.payload.kernel)];
+    if let Some(initramfs) = &config.payload.initramfs {
+        files.push(("initramfs", initramfs));
+    }
+    for disk in &config.disks {
+        files.push(("disk file", &disk.path));
+    }
+    for (what, path) in files {
+        if !path.is_file() {
+            return Err(MissingFile {
+                what,
+                path: path.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Default deadline of one control operation.
+pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn choice_and_reason() {
+        let cases = [
+            (
+                true,
+                KvmCapability::Hardware,
+                BackendKind::QemuTcg,
+                "useEmulation",
+            ),
+            (false, KvmCapability::Hardware, BackendKind::Kvm, "hardware"),
+            (false, KvmCapability::PvmOnly, BackendKind::QemuTcg, "PVM"),
+            (
+                false,
+                KvmCapability::Unavailable("/dev/kvm does not exist".into()),
+                BackendKind::QemuTcg,
+                "/dev/kvm does not exist",
+            ),
+        ];
+        for (emulation, kvm, kind, reason) in cases {
+            let choice = choose(emulation, &kvm);
+            assert_eq!(choice.kind, kind);
+            assert!(choice.reason.contains(reason), "{}", choice.reason);
+        }
+    }
+
+    #[test]
+    fn own_process_stats() {
+        let stats = process_stats(std::process::id());
+        assert!(stats.rss_bytes > 0);
+    }
+}

@@ -1,0 +1,404 @@
+//! The QEMU TCG backend: `qemu-system-x86_64 -M microvm -accel tcg` as a child process,
+//! controlled over QMP.
+//!
+//! Start: check that QEMU is on `PATH` and that the kernel, initramfs and disk files exist;
+//! spawn QEMU with its vCPUs stopped (`-S`); wait (with a deadline) for its QMP socket and
+//! negotiate. The caller then connects the console relay to the serial socket and calls
+//! [`Backend::resume`], so the first console byte is not lost.
+//!
+//! Control: pause is QMP `stop`, resume `cont`, reset `system_reset`, forced stop `quit` (then
+//! SIGKILL if QEMU has not exited within a deadline). Graceful shutdown: the machine runs
+//! without ACPI (see [`args`]), so there is no ACPI power button; the launcher presses
+//! Ctrl-Alt-Del on the i8042 keyboard (QMP `send-key`): Linux signals init, which shuts the
+//! system down and reboots (busybox init runs its `ctrlaltdel` action, systemd its
+//! `ctrl-alt-del.target`). While a shutdown is pending a guest reset is the end of the shutdown:
+//! the launcher then quits QEMU. `system_powerdown` is sent too, for guests that boot with ACPI.
+//!
+//! Death: [`Backend::poll`] reaps QEMU without blocking. The exit reason comes from the last
+//! QMP `SHUTDOWN` event (guest power-off, host quit) or, when QEMU died without one, from its
+//! exit status and the tail of its stderr: a crash.
+
+pub mod args;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use vmm::config::VmConfig;
+
+use super::qmp::{Qmp, QmpError};
+use super::{
+    process_stats, Backend, BackendError, BackendKind, VmStatus, VmmStats, CONTROL_TIMEOUT,
+};
+
+/// The QEMU binary (Debian package `qemu-system-x86`).
+pub const QEMU_BINARY: &str = "qemu-system-x86_64";
+
+/// How long QEMU gets to create its QMP socket.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// How much of QEMU's stderr is kept for error messages.
+const STDERR_TAIL: usize = 2000;
+
+/// Why QEMU could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum QemuStartError {
+    #[error("{QEMU_BINARY} is not in PATH (install the Debian package qemu-system-x86)")]
+    QemuMissing,
+    #[error("missing file")]
+    MissingFile(#[source] super::MissingFile),
+    #[error("the VM cannot run on QEMU")]
+    Args(#[from] args::ArgsError),
+    #[error("cannot prepare the run directory {0}")]
+    RunDir(PathBuf, #[source] std::io::Error),
+    #[error("cannot spawn {QEMU_BINARY}")]
+    Spawn(#[source] std::io::Error),
+    #[error("QEMU exited while starting ({status}): {stderr}")]
+    ExitedEarly { status: String, stderr: String },
+    #[error("QEMU did not open its QMP socket within {0:?}: {1}")]
+    QmpTimeout(Duration, String),
+    #[error("QMP handshake")]
+    Qmp(#[source] QmpError),
+}
+
+/// A running QEMU.
+pub struct QemuVm {
+    child: Child,
+    qmp: Qmp,
+    stderr: Arc<Mutex<String>>,
+    paused: bool,
+    shutting_down: bool,
+    /// Set by [`Backend::kill`]: why the host stopped the VM.
+    host_stop: Option<String>,
+    /// Set by a guest-initiated `SHUTDOWN` event.
+    guest_shutdown: bool,
+    /// Set when the guest reset in answer to a shutdown request.
+    guest_rebooted: bool,
+    panicked: bool,
+    exited: Option<(String, bool)>,
+}
+
+/// Looks `program` up in `PATH`.
+pub fn find_in_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| candidate.is_file())
+}
+
+/// The host TSC frequency in kHz from `/proc/cpuinfo` (`tsc_early_khz=`): the "cpu MHz" of a
+/// CPU with a constant, known-rate TSC.
+pub fn host_tsc_khz(cpuinfo: &str) -> Option<u64> {
+    let flags = cpuinfo.lines().find(|l| l.starts_with("flags"))?;
+    let constant = flags.split_whitespace().any(|f| f == "constant_tsc");
+    if !constant {
+        return None;
+    }
+    let mhz = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("cpu MHz"))?
+        .split(':')
+        .nth(1)?
+        .trim()
+        .parse::<f64>()
+        .ok()?;
+    let khz = (mhz * 1000.0).round();
+    (khz > 0.0 && khz < 1e8).then_some(khz as u64)
+}
+
+impl QemuVm {
+    /// Starts QEMU for `config` with its vCPUs stopped; QEMU's sockets go to `run_dir`.
+    pub fn start(config: &VmConfig, run_dir: &Path) -> Result<QemuVm, QemuStartError> {
+        let qemu = find_in_path(QEMU_BINARY).ok_or(QemuStartError::QemuMissing)?;
+        super::check_files(config).map_err(QemuStartError::MissingFile)?;
+        std::fs::create_dir_all(run_dir).map_err(|e| QemuStartError::RunDir(run_dir.into(), e))?;
+        let paths = args::QemuPaths {
+            qmp: run_dir.join("qmp.sock"),
+        };
+        let _ = std::fs::remove_file(&paths.qmp);
+        if let vmm::config::ConsoleConfig::Socket { path } = &config.serial {
+            let _ = std::fs::remove_file(path);
+        }
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let arguments = args::qemu_args(config, &paths, host_tsc_khz(&cpuinfo))?;
+        log::info!("starting {} {}", qemu.display(), arguments.join(" "));
+        let mut child = Command::new(&qemu)
+            .args(&arguments)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(QemuStartError::Spawn)?;
+        let stderr = Arc::new(Mutex::new(String::new()));
+        if let Some(pipe) = child.stderr.take() {
+            let tail = Arc::clone(&stderr);
+            let _ = thread::Builder::new()
+                .name("qemu-stderr".into())
+                .spawn(move || keep_tail(pipe, tail));
+        }
+        match wait_for_qmp(&mut child, &paths.qmp, &stderr) {
+            Ok(qmp) => Ok(QemuVm {
+                child,
+                qmp,
+                stderr,
+                paused: true,
+                shutting_down: false,
+                host_stop: None,
+                guest_shutdown: false,
+                guest_rebooted: false,
+                panicked: false,
+                exited: None,
+            }),
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                Err(e)
+            }
+        }
+    }
+
+    fn execute(
+        &mut self,
+        command: &str,
+        arguments: Option<serde_json::Value>,
+    ) -> Result<(), BackendError> {
+        if let Some((reason, _)) = &self.exited {
+            return Err(BackendError::Exited(reason.clone()));
+        }
+        self.qmp.execute(command, arguments, CONTROL_TIMEOUT)?;
+        Ok(())
+    }
+
+    fn stderr_tail(&self) -> String {
+        self.stderr
+            .lock()
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    }
+
+    /// Applies the QMP events received since the last call.
+    fn apply_events(&mut self) {
+        for event in self.qmp.take_events() {
+            match event.name.as_str() {
+                "STOP" => self.paused = true,
+                "RESUME" => self.paused = false,
+                "SHUTDOWN" if event.data["guest"] == json!(true) => self.guest_shutdown = true,
+                "GUEST_PANICKED" => self.panicked = true,
+                "RESET" if self.shutting_down && event.data["guest"] == json!(true) => {
+                    // The guest rebooted in answer to the shutdown request: end it here.
+                    log::info!("guest reset during shutdown: stopping QEMU");
+                    self.guest_rebooted = true;
+                    let _ = self.qmp.execute("quit", None, CONTROL_TIMEOUT);
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+fn keep_tail(mut pipe: impl Read, tail: Arc<Mutex<String>>) {
+    let mut buf = [0u8; 1024];
+    while let Ok(n) = pipe.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        let text = String::from_utf8_lossy(&buf[..n]);
+        log::debug!("qemu: {}", text.trim_end());
+        if let Ok(mut tail) = tail.lock() {
+            tail.push_str(&text);
+            if tail.len() > STDERR_TAIL {
+                let cut = tail.len() - STDERR_TAIL;
+                let cut = (cut..tail.len())
+                    .find(|i| tail.is_char_boundary(*i))
+                    .unwrap_or(0);
+                tail.drain(..cut);
+            }
+        }
+    }
+}
+
+fn wait_for_qmp(
+    child: &mut Child,
+    qmp: &Path,
+    stderr: &Arc<Mutex<String>>,
+) -> Result<Qmp, QemuStartError> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    let tail = || {
+        stderr
+            .lock()
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    };
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            // Give the stderr reader a moment to collect QEMU's last words.
+            thread::sleep(Duration::from_millis(100));
+            return Err(QemuStartError::ExitedEarly {
+                status: status.to_string(),
+                stderr: tail(),
+            });
+        }
+        if qmp.exists() {
+            match Qmp::connect(qmp, CONTROL_TIMEOUT) {
+                Ok(q) => return Ok(q),
+                Err(QmpError::Connect { .. }) => {}
+                Err(e) => return Err(QemuStartError::Qmp(e)),
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(QemuStartError::QmpTimeout(START_TIMEOUT, tail()));
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+impl Backend for QemuVm {
+    fn kind(&self) -> BackendKind {
+        BackendKind::QemuTcg
+    }
+
+    fn pause(&mut self) -> Result<(), BackendError> {
+        self.execute("stop", None)?;
+        self.paused = true;
+        Ok(())
+    }
+
+    fn resume(&mut self) -> Result<(), BackendError> {
+        self.execute("cont", None)?;
+        self.paused = false;
+        Ok(())
+    }
+
+    fn request_shutdown(&mut self) -> Result<(), BackendError> {
+        // A paused guest cannot react: let it run.
+        if self.paused {
+            self.resume()?;
+        }
+        self.shutting_down = true;
+        let powerdown = self.execute("system_powerdown", None);
+        let keys = json!({ "keys": [
+            { "type": "qcode", "data": "ctrl" },
+            { "type": "qcode", "data": "alt" },
+            { "type": "qcode", "data": "delete" },
+        ]});
+        let ctrl_alt_del = self.execute("send-key", Some(keys));
+        match (powerdown, ctrl_alt_del) {
+            (Err(e), Err(_)) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    fn kill(&mut self, reason: &str) -> Result<(), BackendError> {
+        if self.exited.is_some() {
+            return Ok(());
+        }
+        self.host_stop = Some(reason.to_string());
+        let _ = self.qmp.execute("quit", None, Duration::from_secs(3));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                self.poll();
+                return Ok(());
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        self.child.kill().map_err(BackendError::Kill)?;
+        let _ = self.child.wait();
+        self.poll();
+        Ok(())
+    }
+
+    fn reset(&mut self) -> Result<(), BackendError> {
+        self.execute("system_reset", None)
+    }
+
+    fn poll(&mut self) -> VmStatus {
+        if let Some((reason, crashed)) = &self.exited {
+            return VmStatus::Exited {
+                reason: reason.clone(),
+                crashed: *crashed,
+            };
+        }
+        self.apply_events();
+        match self.child.try_wait() {
+            Ok(Some(status)) => {
+                self.apply_events();
+                let (reason, crashed) = if let Some(why) = &self.host_stop {
+                    (why.clone(), false)
+                } else if self.panicked {
+                    ("the guest kernel panicked".to_string(), true)
+                } else if self.guest_shutdown {
+                    ("the guest powered off".to_string(), false)
+                } else if self.guest_rebooted {
+                    (
+                        "the guest shut down (it reset after Ctrl-Alt-Del; QEMU was stopped)"
+                            .to_string(),
+                        false,
+                    )
+                } else {
+                    (
+                        format!(
+                            "QEMU exited unexpectedly ({status}): {}",
+                            self.stderr_tail()
+                        ),
+                        true,
+                    )
+                };
+                self.exited = Some((reason.clone(), crashed));
+                VmStatus::Exited { reason, crashed }
+            }
+            Ok(None) if self.paused => VmStatus::Paused,
+            Ok(None) => VmStatus::Running,
+            Err(e) => VmStatus::Exited {
+                reason: format!("cannot wait for QEMU: {e}"),
+                crashed: true,
+            },
+        }
+    }
+
+    fn stats(&mut self) -> VmmStats {
+        if self.exited.is_some() {
+            return VmmStats::default();
+        }
+        process_stats(self.child.id())
+    }
+}
+
+impl Drop for QemuVm {
+    fn drop(&mut self) {
+        if self.exited.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tsc_from_cpuinfo() {
+        let with = "cpu MHz\t\t: 2599.998\nflags\t\t: fpu tsc constant_tsc nonstop_tsc\n";
+        let without = "cpu MHz\t\t: 2599.998\nflags\t\t: fpu tsc\n";
+        assert_eq!(host_tsc_khz(with), Some(2_599_998));
+        assert_eq!(host_tsc_khz(without), None);
+        assert_eq!(host_tsc_khz(""), None);
+    }
+
+    #[test]
+    fn missing_files_are_named() {
+        let config = VmConfig {
+            payload: vmm::config::PayloadConfig {
+                kernel: "/nonexistent/vmlinux".into(),
+                ..Default::default()
+            },
+            ..VmConfig::default()
+        };
+        let err = super::super::check_files(&config).unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/vmlinux"), "{err}");
+    }
+}

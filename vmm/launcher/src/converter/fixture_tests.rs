@@ -1,0 +1,223 @@
+//! Converter table tests over the real KubeVirt example manifests in
+//! `shared/fixtures/kubevirt-examples/`: every VMI (and VM / replica set template) that
+//! defaulting and validation accept must convert, and the result must follow the manifest.
+
+use std::path::PathBuf;
+
+use api::VirtualMachineInstance;
+use serde::Deserialize;
+use vmm::config::ConsoleConfig;
+
+use super::host::test_facts;
+use super::{convert, ConvertError};
+
+/// `$FERROVIRT_SHARED`, else `shared/` beside the repository.
+fn shared_dir() -> PathBuf {
+    let dir = std::env::var_os("FERROVIRT_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"));
+    assert!(
+        dir.join("fixtures/kubevirt-examples").is_dir(),
+        "the shared directory {} has no fixtures/kubevirt-examples: set FERROVIRT_SHARED to the \
+         project's shared/ directory",
+        dir.display()
+    );
+    dir
+}
+
+/// Every VMI in the fixtures: VMIs themselves and the templates of VMs and replica sets.
+fn fixture_vmis() -> Vec<(String, VirtualMachineInstance)> {
+    let dir = shared_dir().join("fixtures/kubevirt-examples");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let file_name = file.file_name().unwrap().to_string_lossy().to_string();
+        for document in serde_yaml::Deserializer::from_str(&text) {
+            let value = serde_yaml::Value::deserialize(document).unwrap();
+            let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or("");
+            let vmi_value = match kind {
+                "VirtualMachineInstance" => value.clone(),
+                "VirtualMachine" | "VirtualMachineInstanceReplicaSet" | "VirtualMachinePool" => {
+                    let Some(template) = template_of(&value) else {
+                        continue;
+                    };
+                    template
+                }
+                _ => continue,
+            };
+            let vmi: VirtualMachineInstance = serde_yaml::from_value(vmi_value).unwrap();
+            out.push((format!("{file_name} ({kind})"), vmi));
+        }
+    }
+    out
+}
+
+fn template_of(value: &serde_yaml::Value) -> Option<serde_yaml::Value> {
+    let spec = value.get("spec")?;
+    let template = spec.get("template").or_else(|| {
+        spec.get("virtualMachineTemplate")
+            .and_then(|t| t.get("spec"))
+            .and_then(|s| s.get("template"))
+    })?;
+    let mut vmi = serde_yaml::Mapping::new();
+    vmi.insert("apiVersion".into(), "kubevirt.io/v1".into());
+    vmi.insert("kind".into(), "VirtualMachineInstance".into());
+    let mut metadata = template
+        .get("metadata")
+        .cloned()
+        .unwrap_or_else(|| serde_yaml::Mapping::new().into());
+    if metadata.get("name").is_none() {
+        let name = value.get("metadata")?.get("name")?.clone();
+        if let serde_yaml::Value::Mapping(m) = &mut metadata {
+            m.insert("name".into(), name);
+        }
+    }
+    vmi.insert("metadata".into(), metadata);
+    vmi.insert("spec".into(), template.get("spec")?.clone());
+    Some(vmi.into())
+}
+
+#[test]
+fn every_accepted_fixture_converts_and_follows_its_manifest() {
+    let facts = test_facts();
+    let mut accepted = 0;
+    for (name, mut vmi) in fixture_vmis() {
+        api::defaults::default_vmi(&mut vmi);
+        if let Err(errors) = api::validation::validate_vmi(&vmi) {
+            println!(
+                "{name}: refused by validation: {}",
+                api::FieldErrors(errors)
+            );
+            continue;
+        }
+        accepted += 1;
+        let config = match convert(&vmi, &facts) {
+            Ok(config) => config,
+            Err(e) => panic!("{name}: accepted by validation but not converted: {e}"),
+        };
+        println!("{name}: converted");
+        let spec = &vmi.spec;
+
+        // cpu and memory follow the manifest.
+        let vcpus = spec.domain.cpu.as_ref().map_or(1, |c| c.vcpus());
+        assert_eq!(u64::from(config.cpus.boot_vcpus), vcpus, "{name}");
+        let guest = spec
+            .domain
+            .memory
+            .as_ref()
+            .and_then(|m| m.guest.as_ref())
+            .unwrap();
+        let bytes = api::quantity::to_u64(guest).unwrap();
+        assert!(
+            config.memory.size >= bytes && config.memory.size - bytes < 1 << 20,
+            "{name}"
+        );
+
+        // one disk per manifest disk, each backed by its volume's file.
+        let mut disk_names: Vec<&str> = spec
+            .domain
+            .devices
+            .disks
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect();
+        let mut config_ids: Vec<&str> = config.disks.iter().map(|d| d.id.as_str()).collect();
+        disk_names.sort_unstable();
+        config_ids.sort_unstable();
+        assert_eq!(disk_names, config_ids, "{name}");
+        for disk in &config.disks {
+            let volume = spec.volumes.iter().find(|v| v.name == disk.id).unwrap();
+            if volume.persistent_volume_claim.is_some() {
+                assert_eq!(
+                    disk.path,
+                    facts.pvc_dir.join(&disk.id).join("disk.img"),
+                    "{name}"
+                );
+            } else {
+                assert_eq!(disk.path, facts.generated_disk(&disk.id), "{name}");
+            }
+            assert_eq!(
+                disk.readonly,
+                volume.cloud_init_no_cloud.is_some()
+                    || volume
+                        .persistent_volume_claim
+                        .as_ref()
+                        .and_then(|p| p.read_only)
+                        == Some(true),
+                "{name}"
+            );
+        }
+
+        // boot: the manifest's kernel, else the bundled one with the first disk as root.
+        match spec
+            .domain
+            .firmware
+            .as_ref()
+            .and_then(|f| f.kernel_boot.as_ref())
+        {
+            Some(kb) => {
+                let kernel_path = kb
+                    .container
+                    .as_ref()
+                    .and_then(|c| c.kernel_path.as_deref())
+                    .unwrap();
+                assert_eq!(
+                    config.payload.kernel,
+                    facts
+                        .kernel_boot_dir
+                        .join(kernel_path.trim_start_matches('/')),
+                    "{name}"
+                );
+                if let Some(args) = &kb.kernel_args {
+                    assert_eq!(&config.payload.cmdline, args, "{name}");
+                }
+            }
+            None => {
+                assert_eq!(config.payload.kernel, facts.default_kernel, "{name}");
+                assert_eq!(
+                    config.payload.cmdline.contains("root=/dev/vda"),
+                    !config.disks.is_empty(),
+                    "{name}"
+                );
+            }
+        }
+
+        // the pod interface (added by defaulting when there is none) is on the tap.
+        assert_eq!(
+            config.net.len(),
+            spec.domain.devices.interfaces.len(),
+            "{name}"
+        );
+        for net in &config.net {
+            assert_eq!(net.tap, facts.tap_device, "{name}");
+        }
+        assert_eq!(
+            config.serial,
+            ConsoleConfig::Socket {
+                path: facts.serial_socket()
+            },
+            "{name}"
+        );
+        assert_eq!(
+            config.rng.is_some(),
+            spec.domain.devices.rng.is_some(),
+            "{name}"
+        );
+    }
+    assert!(accepted > 0, "validation accepted none of the fixtures");
+}
+
+#[test]
+fn convert_errors_carry_the_field_path() {
+    let mut vmi = VirtualMachineInstance::new("v", Default::default());
+    api::defaults::default_vmi(&mut vmi);
+    let err = convert(&vmi, &test_facts()).unwrap_err();
+    assert!(matches!(err, ConvertError::Memory(_)), "{err}");
+    assert_eq!(err.field_path(), Some("spec.domain.memory.guest"));
+}

@@ -1,0 +1,109 @@
+//! The domain: the launcher's record of its VM (which VMI, which backend and why, the state and
+//! the reason for it), and its translation to the `launcher.v1` messages.
+
+use std::time::Instant;
+
+use crate::backend::{BackendChoice, BackendKind, VmmStats};
+use crate::proto::v1;
+
+/// States of a domain, as KubeVirt's launcher reports them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DomainState {
+    Starting,
+    Running,
+    Paused,
+    ShuttingDown,
+    Shutoff,
+    Crashed,
+}
+
+impl DomainState {
+    pub fn to_proto(self) -> v1::DomainState {
+        match self {
+            DomainState::Starting => v1::DomainState::Starting,
+            DomainState::Running => v1::DomainState::Running,
+            DomainState::Paused => v1::DomainState::Paused,
+            DomainState::ShuttingDown => v1::DomainState::ShuttingDown,
+            DomainState::Shutoff => v1::DomainState::Shutoff,
+            DomainState::Crashed => v1::DomainState::Crashed,
+        }
+    }
+
+    /// Shutoff and Crashed are final: the VM is gone.
+    pub fn is_final(self) -> bool {
+        matches!(self, DomainState::Shutoff | DomainState::Crashed)
+    }
+}
+
+/// Which VMI the domain runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VmiRef {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+}
+
+impl VmiRef {
+    /// Whether a request's `vmi` field names this VMI (empty names any).
+    pub fn matches(&self, requested: &str) -> bool {
+        requested.is_empty() || requested == self.uid || requested == self.name
+    }
+}
+
+/// What the launcher knows about its VM.
+#[derive(Clone, Debug)]
+pub struct DomainInfo {
+    pub vmi: VmiRef,
+    pub state: DomainState,
+    pub reason: String,
+    pub backend: BackendChoice,
+    pub vcpus: u32,
+    pub memory_bytes: u64,
+    pub started: Instant,
+    pub grace_period_seconds: i64,
+}
+
+impl DomainInfo {
+    pub fn to_proto(&self, stats: &VmmStats, console_socket: &str) -> v1::Domain {
+        v1::Domain {
+            vmi_name: self.vmi.name.clone(),
+            vmi_namespace: self.vmi.namespace.clone(),
+            vmi_uid: self.vmi.uid.clone(),
+            state: self.state.to_proto().into(),
+            reason: self.reason.clone(),
+            backend: match self.backend.kind {
+                BackendKind::Kvm => v1::Backend::Kvm,
+                BackendKind::QemuTcg => v1::Backend::QemuTcg,
+            }
+            .into(),
+            backend_reason: self.backend.reason.clone(),
+            stats: Some(v1::DomainStats {
+                vcpus: self.vcpus,
+                memory_bytes: self.memory_bytes,
+                uptime_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                vmm_pid: stats.pid,
+                vmm_cpu_ms: stats.cpu_ms,
+                vmm_rss_bytes: stats.rss_bytes,
+            }),
+            console_socket: console_socket.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vmi_matching() {
+        let vmi = VmiRef {
+            name: "a".into(),
+            namespace: "ns".into(),
+            uid: "123".into(),
+        };
+        for (requested, want) in [("", true), ("a", true), ("123", true), ("b", false)] {
+            assert_eq!(vmi.matches(requested), want, "{requested}");
+        }
+        assert!(DomainState::Crashed.is_final() && !DomainState::Paused.is_final());
+    }
+}

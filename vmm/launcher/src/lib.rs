@@ -1,0 +1,21 @@
+//! virt-launcher: one per VMI, inside the launcher Pod. It turns the VMI into a running VM and
+//! answers virt-handler.
+//!
+//! Flow of a `SyncVMI` call ([`server`]):
+//! 1. parse, default and validate the VMI JSON ([`converter::admit_vmi`]);
+//! 2. convert it with the host facts into a `vmm::config::VmConfig` ([`converter::convert`], pure);
+//! 3. prepare its volumes: containerDisk copies, emptyDisks, the cloud-init seed ([`volumes`]);
+//! 4. set up the pod network when the VM has an interface ([`network`]);
+//! 5. choose the backend, in-process KVM or QEMU TCG ([`backend::choose`]), and boot;
+//! 6. relay the serial console to `console-sock` ([`console`]) and push every domain state
+//!    change to the handler's notify socket ([`server::notify`]).
+#![forbid(unsafe_code)]
+
+pub mod backend;
+pub mod console;
+pub mod converter;
+pub mod domain;
+pub mod network;
+pub mod proto;
+pub mod server;
+pub mod volumes;

@@ -1,0 +1,119 @@
+//! `virt-launcher`: parses its flags and runs the launcher's gRPC server until SIGTERM/SIGINT.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, ValueEnum};
+use launcher::backend::BackendKind;
+use launcher::server::launcher::Settings;
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum BackendFlag {
+    /// Choose from useEmulation and the KVM probe.
+    Auto,
+    Kvm,
+    Qemu,
+}
+
+/// virt-launcher: runs one VMI's VM, driven by virt-handler over gRPC.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Flags {
+    /// Directory shared with virt-handler: launcher-sock and console-sock.
+    #[arg(long, default_value = "/var/run/kubevirt/sockets")]
+    socket_dir: PathBuf,
+    /// Private directory for the VMM's own sockets (QMP, serial).
+    #[arg(long, default_value = "/var/run/ferrovirt")]
+    run_dir: PathBuf,
+    /// Where containerDisk volume NAME is mounted: DIR/NAME/.
+    #[arg(long, default_value = "/var/run/kubevirt/container-disks")]
+    container_disk_dir: PathBuf,
+    /// Where the kernelBoot container image is mounted.
+    #[arg(long, default_value = "/var/run/kubevirt/kernel-boot")]
+    kernel_boot_dir: PathBuf,
+    /// Where persistentVolumeClaim volume NAME is mounted: DIR/NAME/disk.img.
+    #[arg(long, default_value = "/var/run/kubevirt-private/vmi-disks")]
+    pvc_dir: PathBuf,
+    /// Where the launcher writes containerDisk copies, emptyDisks and cloud-init seeds.
+    #[arg(long, default_value = "/var/run/kubevirt-ephemeral-disks")]
+    disk_dir: PathBuf,
+    /// The guest kernel booted when the VMI has no kernelBoot.
+    #[arg(long, default_value = "/usr/share/ferrovirt/vmlinux")]
+    kernel: PathBuf,
+    /// The initramfs of --kernel.
+    #[arg(long)]
+    initramfs: Option<PathBuf>,
+    /// The tap device of the pod interface.
+    #[arg(long, default_value = "tap0")]
+    tap: String,
+    /// Set up the tap, NAT and DHCP for the pod interface in this network namespace.
+    #[arg(long)]
+    pod_network: bool,
+    /// Name of the VMI this launcher runs (for logs and process listings).
+    #[arg(long)]
+    name: Option<String>,
+    /// Namespace of the VMI.
+    #[arg(long)]
+    namespace: Option<String>,
+    /// UID of the VMI (virt-handler finds this launcher's socket directory by it).
+    #[arg(long)]
+    uid: Option<String>,
+    /// Force a backend instead of choosing it.
+    #[arg(long, value_enum, default_value = "auto")]
+    backend: BackendFlag,
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let flags = Flags::parse();
+    if let (Some(name), Some(uid)) = (&flags.name, &flags.uid) {
+        let namespace = flags.namespace.as_deref().unwrap_or("default");
+        log::info!("virt-launcher for VMI {namespace}/{name} ({uid})");
+    }
+    let settings = Settings {
+        socket_dir: flags.socket_dir,
+        run_dir: flags.run_dir,
+        container_disk_dir: flags.container_disk_dir,
+        kernel_boot_dir: flags.kernel_boot_dir,
+        pvc_dir: flags.pvc_dir,
+        generated_disk_dir: flags.disk_dir,
+        default_kernel: flags.kernel,
+        default_initramfs: flags.initramfs,
+        tap_device: flags.tap,
+        pod_network: flags.pod_network,
+        force_backend: match flags.backend {
+            BackendFlag::Auto => None,
+            BackendFlag::Kvm => Some(BackendKind::Kvm),
+            BackendFlag::Qemu => Some(BackendKind::QemuTcg),
+        },
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("virt-launcher: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(launcher::server::serve(settings, async {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => return std::future::pending().await,
+            };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        log::info!("signal received: stopping");
+    }));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("virt-launcher: {}", launcher::server::error::chain(&e));
+            ExitCode::FAILURE
+        }
+    }
+}

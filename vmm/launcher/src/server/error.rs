@@ -1,0 +1,110 @@
+//! The errors of the launcher's operations and their gRPC status codes: a request that can never
+//! work is INVALID_ARGUMENT, one this host or this state cannot serve is FAILED_PRECONDITION,
+//! a backend that failed while working is INTERNAL. The status message is the whole error chain.
+
+use std::path::PathBuf;
+
+use tonic::{Code, Status};
+
+use crate::backend::qemu::QemuStartError;
+use crate::backend::{BackendError, MissingFile};
+use crate::console::ConsoleError;
+use crate::converter::{AdmitError, ConvertError};
+use crate::network::NetworkError;
+use crate::volumes::prepare::PrepareError;
+
+/// Why `SyncVMI` failed, by step.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error("admit the VMI")]
+    Admit(#[from] AdmitError),
+    #[error("convert the VMI")]
+    Convert(#[from] ConvertError),
+    #[error("{0}")]
+    SocketPath(String),
+    #[error("prepare volumes")]
+    Prepare(#[from] PrepareError),
+    #[error("set up the pod network")]
+    Network(#[from] NetworkError),
+    #[error("start QEMU")]
+    Qemu(#[from] QemuStartError),
+    #[error("start the KVM VMM")]
+    Kvm(#[from] vmm::builder::StartVmError),
+    #[error("missing file")]
+    MissingFile(#[source] MissingFile),
+    #[error("cannot create the run directory {0}")]
+    RunDir(PathBuf, #[source] std::io::Error),
+    #[error("attach the serial console")]
+    Console(#[from] ConsoleError),
+    #[error("boot")]
+    Boot(#[source] BackendError),
+    #[error("this launcher already runs VMI {0:?}")]
+    OtherVmi(String),
+}
+
+impl SyncError {
+    pub fn code(&self) -> Code {
+        match self {
+            SyncError::Admit(_) | SyncError::Convert(_) | SyncError::SocketPath(_) => {
+                Code::InvalidArgument
+            }
+            SyncError::Qemu(QemuStartError::Args(_)) => Code::InvalidArgument,
+            SyncError::Prepare(_)
+            | SyncError::MissingFile(_)
+            | SyncError::Qemu(QemuStartError::QemuMissing)
+            | SyncError::Qemu(QemuStartError::MissingFile(_)) => Code::FailedPrecondition,
+            SyncError::Network(e) if e.is_precondition() => Code::FailedPrecondition,
+            SyncError::OtherVmi(_) => Code::FailedPrecondition,
+            _ => Code::Internal,
+        }
+    }
+}
+
+/// Why an operation on the running VM failed.
+#[derive(Debug, thiserror::Error)]
+pub enum OpError {
+    #[error("this launcher runs no VM yet: call SyncVMI first")]
+    NoVm,
+    #[error("this launcher does not run VMI {0:?} (it runs {1:?})")]
+    OtherVmi(String, String),
+    #[error("the VM is gone: {0}")]
+    Gone(String),
+    #[error("backend")]
+    Backend(#[from] BackendError),
+}
+
+impl OpError {
+    pub fn code(&self) -> Code {
+        match self {
+            OpError::NoVm | OpError::Gone(_) => Code::FailedPrecondition,
+            OpError::OtherVmi(..) => Code::NotFound,
+            OpError::Backend(BackendError::Exited(_)) => Code::FailedPrecondition,
+            OpError::Backend(BackendError::Unsupported(_)) => Code::Unimplemented,
+            OpError::Backend(_) => Code::Internal,
+        }
+    }
+}
+
+/// `error: cause: cause`, the whole chain on one line.
+pub fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+impl From<SyncError> for Status {
+    fn from(e: SyncError) -> Status {
+        Status::new(e.code(), chain(&e))
+    }
+}
+
+impl From<OpError> for Status {
+    fn from(e: OpError) -> Status {
+        Status::new(e.code(), chain(&e))
+    }
+}

@@ -1,0 +1,419 @@
+//! The launcher's one VM and the operations on it, all blocking (the gRPC service runs them on
+//! blocking tasks). Every state change goes through `Launcher::set_state`, which pushes a
+//! domain event to the handler's notify socket.
+//!
+//! `sync_vmi`: admit the VMI (parse, default, validate), probe KVM and choose the backend,
+//! convert, check socket paths, prepare the volumes, set up the pod network, start the backend
+//! with its vCPUs stopped, attach the console relay, then run the vCPUs (unless
+//! `startStrategy: Paused`). A second call while the VM exists changes nothing.
+
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use api::VirtualMachineInstance;
+use vmm::capability::KvmCapability;
+use vmm::config::{ConsoleConfig, VmConfig};
+
+use super::error::{OpError, SyncError};
+use super::notify::Notifier;
+use crate::backend::kvm::KvmVm;
+use crate::backend::qemu::QemuVm;
+use crate::backend::{choose, Backend, BackendChoice, BackendKind, VmStatus};
+use crate::console::ConsoleRelay;
+use crate::converter::{self, HostFacts};
+use crate::domain::{DomainInfo, DomainState, VmiRef};
+use crate::network::{self, PodNetwork};
+use crate::proto::{check_socket_path, v1};
+use crate::volumes;
+
+/// Name of the console socket in the socket directory.
+pub const CONSOLE_SOCKET: &str = "console-sock";
+/// Name of the gRPC socket in the socket directory.
+pub const LAUNCHER_SOCKET: &str = "launcher-sock";
+
+/// How long the console relay waits for the VMM's serial socket.
+const CONSOLE_ATTACH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How the launcher was started: its directories and defaults.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub socket_dir: PathBuf,
+    pub run_dir: PathBuf,
+    pub container_disk_dir: PathBuf,
+    pub kernel_boot_dir: PathBuf,
+    pub pvc_dir: PathBuf,
+    pub generated_disk_dir: PathBuf,
+    pub default_kernel: PathBuf,
+    pub default_initramfs: Option<PathBuf>,
+    pub tap_device: String,
+    /// Set up the tap, NAT and DHCP for the pod interface (needs CAP_NET_ADMIN in the Pod's
+    /// network namespace).
+    pub pod_network: bool,
+    /// Overrides the backend choice (benchmarks and tests of a backend).
+    pub force_backend: Option<BackendKind>,
+}
+
+impl Settings {
+    fn host_facts(&self, kvm_usable: bool) -> HostFacts {
+        HostFacts {
+            kvm_usable,
+            container_disk_dir: self.container_disk_dir.clone(),
+            kernel_boot_dir: self.kernel_boot_dir.clone(),
+            pvc_dir: self.pvc_dir.clone(),
+            generated_disk_dir: self.generated_disk_dir.clone(),
+            default_kernel: self.default_kernel.clone(),
+            default_initramfs: self.default_initramfs.clone(),
+            tap_device: self.tap_device.clone(),
+            socket_dir: self.socket_dir.clone(),
+            run_dir: self.run_dir.clone(),
+        }
+    }
+}
+
+struct Vm {
+    info: DomainInfo,
+    backend: Box<dyn Backend>,
+}
+
+/// The launcher: settings, the console relay, the VM once there is one.
+pub struct Launcher {
+    settings: Settings,
+    relay: ConsoleRelay,
+    notifier: Notifier,
+    vm: Mutex<Option<Vm>>,
+    notify_socket: Mutex<Option<PathBuf>>,
+    /// The pod network, set up once for the launcher's (the Pod's) lifetime.
+    network: Mutex<Option<PodNetwork>>,
+}
+
+impl Launcher {
+    pub fn new(settings: Settings, relay: ConsoleRelay, notifier: Notifier) -> Launcher {
+        Launcher {
+            settings,
+            relay,
+            notifier,
+            vm: Mutex::new(None),
+            notify_socket: Mutex::new(None),
+            network: Mutex::new(None),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<Vm>> {
+        self.vm.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn domain(&self, vm: &mut Vm) -> v1::Domain {
+        let stats = vm.backend.stats();
+        vm.info.to_proto(&stats, CONSOLE_SOCKET)
+    }
+
+    /// Records a state (and reason); pushes an event when something changed.
+    fn set_state(&self, vm: &mut Vm, state: DomainState, reason: &str) {
+        if vm.info.state == state && vm.info.reason == reason {
+            return;
+        }
+        log::info!("domain {}: {:?} ({reason})", vm.info.vmi.name, state);
+        vm.info.state = state;
+        vm.info.reason = reason.to_string();
+        let socket = self
+            .notify_socket
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(socket) = socket {
+            let domain = self.domain(vm);
+            self.notifier.send(socket, domain);
+        }
+    }
+
+    /// Creates and boots the VM of the VMI.
+    pub fn sync_vmi(
+        &self,
+        vmi_json: &[u8],
+        options: &v1::SyncOptions,
+    ) -> Result<v1::Domain, SyncError> {
+        let vmi = converter::admit_vmi(vmi_json)?;
+        if !options.notify_socket.is_empty() {
+            let socket = PathBuf::from(&options.notify_socket);
+            check_socket_path(&socket).map_err(SyncError::SocketPath)?;
+            *self.notify_socket.lock().unwrap_or_else(|e| e.into_inner()) = Some(socket);
+        }
+        let mut slot = self.lock();
+        if let Some(vm) = slot.as_mut() {
+            if !vm.info.state.is_final() {
+                let requested = vmi_ref(&vmi);
+                let same = vm.info.vmi.name == requested.name
+                    && vm.info.vmi.namespace == requested.namespace
+                    && (requested.uid.is_empty() || vm.info.vmi.uid == requested.uid);
+                if !same {
+                    return Err(SyncError::OtherVmi(vm.info.vmi.name.clone()));
+                }
+                return Ok(self.domain(vm));
+            }
+        }
+        let kvm = vmm::capability::probe();
+        let mut choice = choose(options.use_emulation, &kvm);
+        if let Some(kind) = self.settings.force_backend {
+            choice = BackendChoice {
+                kind,
+                reason: format!(
+                    "forced by the launcher's --backend flag ({})",
+                    choice.reason
+                ),
+            };
+        }
+        let facts = self.settings.host_facts(kvm == KvmCapability::Hardware);
+        let config = converter::convert(&vmi, &facts)?;
+        check_sockets(&config, &facts)?;
+        let plans = converter::disks::volume_plans(&vmi, &facts)
+            .map_err(|e| SyncError::Convert(converter::ConvertError::Disks(e)))?;
+        volumes::prepare::prepare(&plans)?;
+        if self.settings.pod_network && !config.net.is_empty() {
+            let mut network = self.network.lock().unwrap_or_else(|e| e.into_inner());
+            if network.is_none() {
+                *network = Some(network::setup(&vmi, &self.settings.tap_device)?);
+            }
+        }
+        // The KVM VMM runs its vCPUs as soon as it is built: connect the console relay while it
+        // builds, the moment its serial socket appears, so the first bytes are not lost. QEMU
+        // waits with stopped vCPUs (`-S`) until the relay is attached.
+        let serial = match &config.serial {
+            ConsoleConfig::Socket { path } => Some(path.clone()),
+            _ => None,
+        };
+        let early_attach = match (&serial, choice.kind) {
+            (Some(path), BackendKind::Kvm) => {
+                let _ = std::fs::remove_file(path);
+                let (relay, path) = (self.relay.clone(), path.clone());
+                Some(thread::spawn(move || {
+                    relay.attach(&path, CONSOLE_ATTACH_TIMEOUT)
+                }))
+            }
+            _ => None,
+        };
+        let mut backend = start_backend(choice.kind, &config, &self.settings.run_dir)?;
+        match (early_attach, &serial) {
+            (Some(attaching), _) => match attaching.join() {
+                Ok(result) => result?,
+                Err(_) => log::warn!("the console attach thread panicked"),
+            },
+            (None, Some(path)) => self.relay.attach(path, CONSOLE_ATTACH_TIMEOUT)?,
+            (None, None) => {}
+        }
+        let paused = vmi.spec.start_strategy.as_deref() == Some("Paused");
+        let (state, reason) = if paused {
+            backend.pause().map_err(SyncError::Boot)?;
+            (
+                DomainState::Paused,
+                "started paused (startStrategy: Paused)",
+            )
+        } else {
+            backend.resume().map_err(SyncError::Boot)?;
+            (DomainState::Running, "booted")
+        };
+        let mut vm = Vm {
+            info: DomainInfo {
+                vmi: vmi_ref(&vmi),
+                state: DomainState::Starting,
+                reason: String::new(),
+                backend: choice,
+                vcpus: u32::from(config.cpus.boot_vcpus),
+                memory_bytes: config.memory.size,
+                started: Instant::now(),
+                grace_period_seconds: vmi
+                    .spec
+                    .termination_grace_period_seconds
+                    .unwrap_or(api::defaults::DEFAULT_GRACE_PERIOD_SECONDS),
+            },
+            backend,
+        };
+        self.set_state(&mut vm, state, reason);
+        let domain = self.domain(&mut vm);
+        *slot = Some(vm);
+        Ok(domain)
+    }
+
+    /// Runs `op` on the VM that `vmi` names.
+    fn with_vm<T>(
+        &self,
+        vmi: &str,
+        op: impl FnOnce(&Self, &mut Vm) -> Result<T, OpError>,
+    ) -> Result<T, OpError> {
+        let mut slot = self.lock();
+        let vm = slot.as_mut().ok_or(OpError::NoVm)?;
+        if !vm.info.vmi.matches(vmi) {
+            return Err(OpError::OtherVmi(vmi.to_string(), vm.info.vmi.name.clone()));
+        }
+        op(self, vm)
+    }
+
+    fn require_live(vm: &Vm) -> Result<(), OpError> {
+        if vm.info.state.is_final() {
+            return Err(OpError::Gone(vm.info.reason.clone()));
+        }
+        Ok(())
+    }
+
+    pub fn pause(&self, vmi: &str) -> Result<v1::Domain, OpError> {
+        self.with_vm(vmi, |this, vm| {
+            Self::require_live(vm)?;
+            vm.backend.pause()?;
+            this.set_state(vm, DomainState::Paused, "paused by the handler");
+            Ok(this.domain(vm))
+        })
+    }
+
+    pub fn unpause(&self, vmi: &str) -> Result<v1::Domain, OpError> {
+        self.with_vm(vmi, |this, vm| {
+            Self::require_live(vm)?;
+            vm.backend.resume()?;
+            this.set_state(vm, DomainState::Running, "unpaused by the handler");
+            Ok(this.domain(vm))
+        })
+    }
+
+    pub fn kill(&self, vmi: &str) -> Result<v1::Domain, OpError> {
+        self.with_vm(vmi, |this, vm| {
+            if !vm.info.state.is_final() {
+                vm.backend.kill("killed by the handler")?;
+                this.set_state(vm, DomainState::Shutoff, "killed by the handler");
+            }
+            Ok(this.domain(vm))
+        })
+    }
+
+    pub fn reset(&self, vmi: &str) -> Result<v1::Domain, OpError> {
+        self.with_vm(vmi, |this, vm| {
+            Self::require_live(vm)?;
+            vm.backend.reset()?;
+            this.set_state(vm, DomainState::Running, "reset by the handler");
+            Ok(this.domain(vm))
+        })
+    }
+
+    /// Graceful shutdown: asks the guest, waits up to the grace period, then stops the VM.
+    pub fn shutdown(&self, vmi: &str, grace: Option<i64>) -> Result<v1::Domain, OpError> {
+        let grace = self.with_vm(vmi, |this, vm| {
+            Self::require_live(vm)?;
+            let grace = grace.unwrap_or(vm.info.grace_period_seconds).max(0);
+            vm.backend.request_shutdown()?;
+            let reason = format!("graceful shutdown requested, grace period {grace} s");
+            this.set_state(vm, DomainState::ShuttingDown, &reason);
+            Ok(grace)
+        })?;
+        let deadline = Instant::now() + Duration::from_secs(grace.unsigned_abs());
+        loop {
+            let done = self.with_vm(vmi, |this, vm| {
+                this.poll_vm(vm);
+                if vm.info.state.is_final() {
+                    return Ok(Some(this.domain(vm)));
+                }
+                if Instant::now() >= deadline {
+                    let reason = format!(
+                        "the guest did not power off within the grace period of {grace} s: stopped by force"
+                    );
+                    vm.backend.kill(&reason)?;
+                    this.set_state(vm, DomainState::Shutoff, &reason);
+                    return Ok(Some(this.domain(vm)));
+                }
+                Ok(None)
+            })?;
+            if let Some(domain) = done {
+                return Ok(domain);
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The domain, if there is a VM.
+    pub fn get_domain(&self) -> Option<v1::Domain> {
+        let mut slot = self.lock();
+        let vm = slot.as_mut()?;
+        self.poll_vm(vm);
+        Some(self.domain(vm))
+    }
+
+    /// Stops the VM (if any) because the launcher itself is stopping.
+    pub fn stop_vm(&self) {
+        if let Some(vm) = self.lock().as_mut() {
+            if !vm.info.state.is_final() {
+                let reason = "the launcher stopped";
+                if let Err(e) = vm.backend.kill(reason) {
+                    log::warn!("cannot stop the VM: {e}");
+                }
+                self.set_state(vm, DomainState::Shutoff, reason);
+            }
+        }
+    }
+
+    /// Notices state changes the VMM made by itself (guest power-off, crash).
+    pub fn poll(&self) {
+        if let Some(vm) = self.lock().as_mut() {
+            self.poll_vm(vm);
+        }
+    }
+
+    fn poll_vm(&self, vm: &mut Vm) {
+        if vm.info.state.is_final() {
+            return;
+        }
+        match vm.backend.poll() {
+            VmStatus::Exited { reason, crashed } => {
+                let state = if crashed {
+                    DomainState::Crashed
+                } else {
+                    DomainState::Shutoff
+                };
+                self.set_state(vm, state, &reason);
+            }
+            VmStatus::Paused if vm.info.state == DomainState::Running => {
+                self.set_state(vm, DomainState::Paused, "paused by the VMM");
+            }
+            VmStatus::Running if vm.info.state == DomainState::Paused => {
+                self.set_state(vm, DomainState::Running, "resumed by the VMM");
+            }
+            _ => {}
+        }
+    }
+}
+
+fn vmi_ref(vmi: &VirtualMachineInstance) -> VmiRef {
+    VmiRef {
+        name: vmi.metadata.name.clone().unwrap_or_default(),
+        namespace: vmi.metadata.namespace.clone().unwrap_or_default(),
+        uid: vmi.metadata.uid.clone().unwrap_or_default(),
+    }
+}
+
+/// The VMM's own sockets must fit in a unix socket address.
+fn check_sockets(config: &VmConfig, facts: &HostFacts) -> Result<(), SyncError> {
+    let mut sockets = vec![facts.run_dir.join("qmp.sock")];
+    if let ConsoleConfig::Socket { path } = &config.serial {
+        sockets.push(path.clone());
+    }
+    if let Some(vsock) = &config.vsock {
+        sockets.push(vsock.socket.clone());
+    }
+    for socket in sockets {
+        check_socket_path(&socket).map_err(SyncError::SocketPath)?;
+    }
+    Ok(())
+}
+
+fn start_backend(
+    kind: BackendKind,
+    config: &VmConfig,
+    run_dir: &std::path::Path,
+) -> Result<Box<dyn Backend>, SyncError> {
+    match kind {
+        BackendKind::QemuTcg => Ok(Box::new(QemuVm::start(config, run_dir)?)),
+        BackendKind::Kvm => {
+            std::fs::create_dir_all(run_dir)
+                .map_err(|e| SyncError::RunDir(run_dir.to_path_buf(), e))?;
+            crate::backend::check_files(config).map_err(SyncError::MissingFile)?;
+            Ok(Box::new(KvmVm::start(config)?))
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! The gRPC server: `launcher.v1.Launcher` over the unix socket `launcher-sock` in the socket
+//! directory shared with virt-handler, the serial console on `console-sock` beside it, and a
+//! monitor that polls the VM every [`MONITOR_INTERVAL`] so that a VMM that dies shows up in
+//! `GetDomain` (and as a domain event) without anyone asking.
+//!
+//! Each call runs the blocking [`launcher::Launcher`] operation on a blocking task; the service
+//! only translates messages and errors ([`error`]).
+
+pub mod error;
+pub mod launcher;
+pub mod notify;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::UnixListener;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::{Request, Response, Status};
+
+use crate::console::ConsoleRelay;
+use crate::proto::{check_socket_path, v1, SUPPORTED_VERSIONS};
+use launcher::{Launcher, Settings, CONSOLE_SOCKET, LAUNCHER_SOCKET};
+
+/// How often the monitor polls the VM.
+pub const MONITOR_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("{0}")]
+    SocketPath(String),
+    #[error("cannot create the socket directory {0}")]
+    SocketDir(PathBuf, #[source] std::io::Error),
+    #[error("cannot listen on {0}")]
+    Listen(PathBuf, #[source] std::io::Error),
+    #[error("console")]
+    Console(#[from] crate::console::ConsoleError),
+    #[error("gRPC server")]
+    Grpc(#[from] tonic::transport::Error),
+}
+
+/// The `Launcher` gRPC service.
+#[derive(Clone)]
+pub struct LauncherService {
+    launcher: Arc<Launcher>,
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, Status> + Send + 'static,
+) -> Result<Response<T>, Status> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Status::internal(format!("launcher task failed: {e}")))?
+        .map(Response::new)
+}
+
+fn domain_response(domain: v1::Domain) -> v1::DomainResponse {
+    v1::DomainResponse {
+        domain: Some(domain),
+    }
+}
+
+#[tonic::async_trait]
+impl v1::launcher_server::Launcher for LauncherService {
+    async fn info(
+        &self,
+        _: Request<v1::InfoRequest>,
+    ) -> Result<Response<v1::InfoResponse>, Status> {
+        Ok(Response::new(v1::InfoResponse {
+            supported_versions: SUPPORTED_VERSIONS.iter().map(|v| v.to_string()).collect(),
+            launcher_version: env!("CARGO_PKG_VERSION").to_string(),
+        }))
+    }
+
+    async fn sync_vmi(
+        &self,
+        request: Request<v1::SyncVmiRequest>,
+    ) -> Result<Response<v1::DomainResponse>, Status> {
+        let launcher = Arc::clone(&self.launcher);
+        let request = request.into_inner();
+        blocking(move || {
+            let options = request.options.unwrap_or_default();
+            launcher
+                .sync_vmi(&request.vmi_json, &options)
+                .map(domain_response)
+                .map_err(|e| {
+                    log::warn!("SyncVMI: {}", error::chain(&e));
+                    Status::from(e)
+                })
+        })
+        .await
+    }
+
+    async fn pause(
+        &self,
+        request: Request<v1::VmiRequest>,
+    ) -> Result<Response<v1::DomainResponse>, Status> {
+        let launcher = Arc::clone(&self.launcher);
+        let vmi = request.into_inner().vmi;
+        blocking(move || {
+            launcher
+                .pause(&vmi)
+                .map(domain_response)
+                .map_err(Status::from)
+        })
+        .await
+    }
+
+    async fn unpause(
+        &self,
+        request: Request<v1::VmiRequest>,
+    ) -> Result<Response<v1::DomainResponse>, Status> {
+        let launcher = Arc::clone(&self.launcher);
+        let vmi = request.into_inner().vmi;
+        blocking(move || {
+            launcher
+                .unpause(&vmi)
+                .map(domain_response)
+                .map_err(Status::from)
+        })
+        .await
+    }
+
+    async fn shutdown(
+        &self,
+        request: Request<v1::ShutdownRequest>,
+    ) -> Result<Response<v1::DomainResponse>, Status> {
+        let launcher = Arc::clone(&self.launcher);
+        let request = request.into_inner();
+        blocking(move || {
+            launcher
+                .shutdown(&request.vmi, request.grace_period_seconds)
+                .map(domain_response)
+                .map_err(Status::from)
+        })
+        .await
+    }
+
+    async fn kill(
+        &self,
+        request: Request<v1::VmiRequest>,
+    ) -> Result<Response<v1::DomainResponse>, Status> {
+        let launcher = Arc::clone(&self.launcher);
+        let vmi = request.into_inner().vmi;
+        blocking(move || {
+            launcher
+                .kill(&vmi)
+                .map(domain_response)
+                .map_err(Status::from)
+        })
+        .await
+    }
+
+    async fn reset(
+        &self,
+        request: Request<v1::VmiRequest>,
+    ) -> Result<Response<v1::DomainResponse>, Status> {
+        let launcher = Arc::clone(&self.launcher);
+        let vmi = request.into_inner().vmi;
+        blocking(move || {
+            launcher
+                .reset(&vmi)
+                .map(domain_response)
+                .map_err(Status::from)
+        })
+        .await
+    }
+
+    async fn get_domain(
+        &self,
+        _: Request<v1::GetDomainRequest>,
+    ) -> Result<Response<v1::DomainResponse>, Status> {
+        let launcher = Arc::clone(&self.launcher);
+        blocking(move || {
+            Ok(v1::DomainResponse {
+                domain: launcher.get_domain(),
+            })
+        })
+        .await
+    }
+
+    async fn ping(
+        &self,
+        _: Request<v1::PingRequest>,
+    ) -> Result<Response<v1::PingResponse>, Status> {
+        Ok(Response::new(v1::PingResponse {}))
+    }
+}
+
+/// Serves until `shutdown` resolves.
+pub async fn serve(
+    settings: Settings,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    let dir = settings.socket_dir.clone();
+    let launcher_sock = dir.join(LAUNCHER_SOCKET);
+    let console_sock = dir.join(CONSOLE_SOCKET);
+    for socket in [&launcher_sock, &console_sock] {
+        check_socket_path(socket).map_err(ServeError::SocketPath)?;
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| ServeError::SocketDir(dir.clone(), e))?;
+    let relay = ConsoleRelay::start(&console_sock)?;
+    let launcher = Arc::new(Launcher::new(settings, relay, notify::Notifier::start()));
+
+    let monitored = Arc::clone(&launcher);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(MONITOR_INTERVAL);
+        loop {
+            tick.tick().await;
+            let launcher = Arc::clone(&monitored);
+            let _ = tokio::task::spawn_blocking(move || launcher.poll()).await;
+        }
+    });
+
+    let _ = std::fs::remove_file(&launcher_sock);
+    let listener = UnixListener::bind(&launcher_sock)
+        .map_err(|e| ServeError::Listen(launcher_sock.clone(), e))?;
+    log::info!("listening on {}", launcher_sock.display());
+    let service = LauncherService {
+        launcher: Arc::clone(&launcher),
+    };
+    let served = tonic::transport::Server::builder()
+        .add_service(v1::launcher_server::LauncherServer::new(service))
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
+        .await;
+    // The VM does not outlive its launcher.
+    let _ = tokio::task::spawn_blocking(move || launcher.stop_vm()).await;
+    served?;
+    Ok(())
+}

@@ -1,0 +1,319 @@
+//! Test harness for driving the `virt-launcher` binary as virt-handler does: its directories,
+//! the process (killed with its QEMU child, whatever the test does), a gRPC client, a Notify
+//! server that records domain events, and a console reader with deadlines.
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use guest_images::artifacts::{Artifacts, BUILD_COMMAND};
+use launcher::proto::v1;
+use tokio::sync::mpsc;
+use tonic::transport::Channel;
+
+pub const LAUNCHER: &str = env!("CARGO_BIN_EXE_virt-launcher");
+
+/// The guest images, or a failure that names the command that builds them.
+pub fn artifacts() -> Artifacts {
+    match Artifacts::locate() {
+        Ok(artifacts) => artifacts,
+        Err(e) => panic!("{e} (run `{BUILD_COMMAND}` as root)"),
+    }
+}
+
+/// QEMU must be installed: the test fails, naming what installs it, when it is not.
+pub fn require_qemu() {
+    assert!(
+        launcher::backend::qemu::find_in_path("qemu-system-x86_64").is_some(),
+        "qemu-system-x86_64 is not in PATH: run `{BUILD_COMMAND}` as root (it installs the Debian \
+         package qemu-system-x86)"
+    );
+}
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+/// The launcher's directories, under a short path (unix socket paths are limited); removed on
+/// drop.
+pub struct TestDirs {
+    pub root: PathBuf,
+}
+
+impl TestDirs {
+    pub fn new(name: &str) -> TestDirs {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let root = PathBuf::from(format!("/tmp/fvl-{name}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for sub in ["sockets", "run", "cd", "kb", "pvc", "disks"] {
+            std::fs::create_dir_all(root.join(sub)).expect("create test directory");
+        }
+        TestDirs { root }
+    }
+
+    pub fn sockets(&self) -> PathBuf {
+        self.root.join("sockets")
+    }
+
+    /// Mounts (symlinks) `image` as containerDisk volume `volume`, at `disk/disk.img`.
+    pub fn container_disk(&self, volume: &str, image: &Path) {
+        let dir = self.root.join("cd").join(volume).join("disk");
+        std::fs::create_dir_all(&dir).expect("create containerDisk mount");
+        std::os::unix::fs::symlink(image, dir.join("disk.img")).expect("link containerDisk");
+    }
+}
+
+impl Drop for TestDirs {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// The launcher process, in its own process group so that its QEMU dies with it.
+pub struct LauncherProcess {
+    child: Child,
+    pub log: PathBuf,
+}
+
+impl LauncherProcess {
+    /// Starts `virt-launcher` with the test directories, the guest kernel and `extra` flags,
+    /// and waits (with a deadline) for its gRPC socket.
+    pub fn start(
+        dirs: &TestDirs,
+        kernel: &Path,
+        initramfs: Option<&Path>,
+        extra: &[&str],
+    ) -> LauncherProcess {
+        Self::start_with_env(dirs, kernel, initramfs, extra, &[])
+    }
+
+    /// [`Self::start`] with extra environment variables.
+    pub fn start_with_env(
+        dirs: &TestDirs,
+        kernel: &Path,
+        initramfs: Option<&Path>,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> LauncherProcess {
+        Self::start_in(None, dirs, kernel, initramfs, extra, env)
+    }
+
+    /// [`Self::start_with_env`] inside network namespace `netns` (`ip netns exec`), when given.
+    pub fn start_in(
+        netns: Option<&str>,
+        dirs: &TestDirs,
+        kernel: &Path,
+        initramfs: Option<&Path>,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> LauncherProcess {
+        let log = dirs.root.join("launcher.log");
+        let log_file = std::fs::File::create(&log).expect("create launcher log");
+        let mut command = match netns {
+            Some(netns) => {
+                let mut command = Command::new("ip");
+                command.args(["netns", "exec", netns, LAUNCHER]);
+                command
+            }
+            None => Command::new(LAUNCHER),
+        };
+        command
+            .arg("--socket-dir")
+            .arg(dirs.sockets())
+            .arg("--run-dir")
+            .arg(dirs.root.join("run"))
+            .arg("--container-disk-dir")
+            .arg(dirs.root.join("cd"))
+            .arg("--kernel-boot-dir")
+            .arg(dirs.root.join("kb"))
+            .arg("--pvc-dir")
+            .arg(dirs.root.join("pvc"))
+            .arg("--disk-dir")
+            .arg(dirs.root.join("disks"))
+            .arg("--kernel")
+            .arg(kernel)
+            .args(extra)
+            .env("RUST_LOG", "debug")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().expect("log"))
+            .stderr(log_file)
+            .process_group(0);
+        if let Some(initramfs) = initramfs {
+            command.arg("--initramfs").arg(initramfs);
+        }
+        let child = command.spawn().expect("spawn virt-launcher");
+        let mut process = LauncherProcess { child, log };
+        let socket = dirs.sockets().join("launcher-sock");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !socket.exists() {
+            if let Ok(Some(status)) = process.child.try_wait() {
+                panic!("virt-launcher exited ({status}): {}", process.log_text());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no launcher-sock after 30 s: {}",
+                process.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        process
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Whether the launcher process is still running.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for LauncherProcess {
+    fn drop(&mut self) {
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub async fn client(dirs: &TestDirs) -> v1::launcher_client::LauncherClient<Channel> {
+    launcher::proto::launcher_client(&dirs.sockets().join("launcher-sock"))
+        .expect("launcher client")
+}
+
+/// Records the domain events the launcher pushes.
+struct NotifyRecorder {
+    events: mpsc::UnboundedSender<v1::Domain>,
+}
+
+#[tonic::async_trait]
+impl v1::notify_server::Notify for NotifyRecorder {
+    async fn domain_event(
+        &self,
+        request: tonic::Request<v1::DomainEventRequest>,
+    ) -> Result<tonic::Response<v1::DomainEventResponse>, tonic::Status> {
+        if let Some(domain) = request.into_inner().domain {
+            let _ = self.events.send(domain);
+        }
+        Ok(tonic::Response::new(v1::DomainEventResponse {}))
+    }
+}
+
+/// Serves `Notify` on `socket` (as virt-handler would); returns the events as they come.
+pub fn notify_server(
+    socket: &Path,
+) -> (
+    mpsc::UnboundedReceiver<v1::Domain>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (events, received) = mpsc::unbounded_channel();
+    let _ = std::fs::remove_file(socket);
+    let listener = tokio::net::UnixListener::bind(socket).expect("bind notify socket");
+    let task = tokio::spawn(async move {
+        let _ = tonic::transport::Server::builder()
+            .add_service(v1::notify_server::NotifyServer::new(NotifyRecorder {
+                events,
+            }))
+            .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener))
+            .await;
+    });
+    (received, task)
+}
+
+/// A reader of `console-sock`: a thread appends everything to a buffer; waits have deadlines.
+pub struct ConsoleReader {
+    text: Arc<Mutex<String>>,
+}
+
+impl ConsoleReader {
+    pub fn connect(dirs: &TestDirs) -> ConsoleReader {
+        let mut stream =
+            UnixStream::connect(dirs.sockets().join("console-sock")).expect("connect console-sock");
+        let text = Arc::new(Mutex::new(String::new()));
+        let sink = Arc::clone(&text);
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stream.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                if let Ok(mut text) = sink.lock() {
+                    text.push_str(&String::from_utf8_lossy(&buf[..n]));
+                }
+            }
+        });
+        ConsoleReader { text }
+    }
+
+    pub fn text(&self) -> String {
+        self.text.lock().map(|t| t.clone()).unwrap_or_default()
+    }
+
+    /// Waits until the console shows `needle`; the error quotes the console's tail.
+    pub fn wait_for(&self, needle: &str, timeout: Duration) -> Result<Duration, String> {
+        let start = Instant::now();
+        loop {
+            let text = self.text();
+            if text.contains(needle) {
+                return Ok(start.elapsed());
+            }
+            if start.elapsed() > timeout {
+                let tail: String = text
+                    .chars()
+                    .rev()
+                    .take(3000)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect();
+                return Err(format!(
+                    "{needle:?} not on the console within {timeout:?}; console tail:\n{tail}"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The highest `ferrovirt-tick N` counter printed so far.
+    pub fn last_tick(&self) -> Option<u64> {
+        self.text()
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("ferrovirt-tick "))
+            .filter_map(|n| n.trim().parse().ok())
+            .max()
+    }
+}
+
+/// Polls `GetDomain` until `state`, with a deadline.
+pub async fn wait_state(
+    client: &mut v1::launcher_client::LauncherClient<Channel>,
+    state: v1::DomainState,
+    timeout: Duration,
+) -> v1::Domain {
+    let start = Instant::now();
+    loop {
+        let domain = client
+            .get_domain(v1::GetDomainRequest {})
+            .await
+            .expect("GetDomain")
+            .into_inner()
+            .domain;
+        if let Some(domain) = &domain {
+            if domain.state == state as i32 {
+                return domain.clone();
+            }
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "domain not {state:?} within {timeout:?}: {domain:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
