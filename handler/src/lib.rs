@@ -1,3 +1,10 @@
 //! virt-handler: the node DaemonSet that drives the launchers on its node over gRPC, reports VMI
-//! status and advertises `/dev/kvm` and `/dev/net/tun` through a kubelet device plugin.
-//! Not written yet (issue "virt-controller and virt-handler").
+//! status, and advertises `/dev/kvm` and `/dev/net/tun` through kubelet device plugins.
+#![forbid(unsafe_code)]
+
+pub mod device_plugin;
+pub mod node;
+pub mod notify;
+pub mod run;
+pub mod server;
+pub mod vmi;

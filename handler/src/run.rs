@@ -1,0 +1,82 @@
+//! Starts everything virt-handler does on its node.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use api::{KubeVirt, VirtualMachineInstance};
+use futures::StreamExt;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::{reflector, watcher, WatchStreamExt};
+use kube::{Api, Client, ResourceExt};
+
+use crate::device_plugin::{run_device_plugin, DEVICE_PLUGIN_DIR, KVM, TUN};
+use crate::node;
+use crate::notify::NotifyServers;
+use crate::vmi::reconcile::{reconcile, HandlerContext, SyncError, NODE_LABEL};
+
+/// Where virt-handler and the launchers share their socket directories on the host.
+pub const SOCKET_ROOT: &str = "/var/run/kubevirt/sockets";
+
+pub async fn run_handler(client: Client, node_name: String) {
+    let capability = vmm::capability::probe();
+    log::info!("node {node_name}: KVM {:?}", capability);
+    if let Err(e) = node::mark_node(&client, &node_name, &capability).await {
+        log::warn!("labelling node {node_name}: {e}");
+    }
+    tokio::spawn(node::heartbeat(
+        client.clone(),
+        node_name.clone(),
+        capability,
+    ));
+    for device in [KVM, TUN] {
+        tokio::spawn(run_device_plugin(device, PathBuf::from(DEVICE_PLUGIN_DIR)));
+    }
+
+    let (kubevirts, writer) = reflector::store::<KubeVirt>();
+    tokio::spawn(
+        watcher(
+            Api::<KubeVirt>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .for_each(|_| futures::future::ready(())),
+    );
+    let _ = std::fs::create_dir_all(SOCKET_ROOT);
+    tokio::spawn(crate::server::run_from_env(PathBuf::from(SOCKET_ROOT)));
+    let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
+    let ctx = Arc::new(HandlerContext {
+        client: client.clone(),
+        node: node_name.clone(),
+        socket_root: PathBuf::from(SOCKET_ROOT),
+        kubevirts,
+        notify: NotifyServers::new(events_tx),
+    });
+    let mine = watcher::Config::default().labels(&format!("{NODE_LABEL}={node_name}"));
+    Controller::new(Api::<VirtualMachineInstance>::all(client), mine)
+        .reconcile_on(tokio_stream::wrappers::UnboundedReceiverStream::new(
+            events_rx,
+        ))
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| futures::future::ready(()))
+        .await;
+}
+
+fn error_policy(
+    vmi: Arc<VirtualMachineInstance>,
+    error: &SyncError,
+    _: Arc<HandlerContext>,
+) -> Action {
+    if matches!(error, SyncError::Kube(kube::Error::Api(e)) if e.code == 409) {
+        return Action::requeue(Duration::from_millis(200));
+    }
+    log::warn!(
+        "{}/{}: {error}",
+        vmi.namespace().unwrap_or_default(),
+        vmi.name_any()
+    );
+    Action::requeue(Duration::from_secs(3))
+}

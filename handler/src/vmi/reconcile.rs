@@ -1,0 +1,196 @@
+//! One pass over a VMI of this node: find its launcher, make it run the VMI, report the status.
+//!
+//! The handler never starts or stops VMs on its own account: it asks the launcher (SyncVMI,
+//! Shutdown) and reports what the launcher says (GetDomain). A restarted handler therefore
+//! picks up running launchers without touching their VMs: GetDomain answers, SyncVMI is not
+//! needed again.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use api::condition::Condition;
+use api::{KubeVirt, VirtualMachineInstance, VmiPhase};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{ListParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, Client, ResourceExt};
+use launcher::proto::v1::{
+    GetDomainRequest, InfoRequest, ShutdownRequest, SyncOptions, SyncVmiRequest,
+};
+
+use super::status::{status_from_domain, Observed};
+use crate::notify::{NotifyServers, NOTIFY_SOCKET};
+
+/// File name of the launcher's gRPC socket in a VMI's socket directory.
+pub const LAUNCHER_SOCKET: &str = "launcher-sock";
+/// Where the launcher sees its socket directory (inside the Pod).
+pub const LAUNCHER_SOCKET_DIR: &str = "/var/run/kubevirt/sockets";
+/// Label virt-controller puts on a VMI once it is scheduled.
+pub const NODE_LABEL: &str = "kubevirt.io/nodeName";
+/// How long one call to a launcher may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub struct HandlerContext {
+    pub client: Client,
+    pub node: String,
+    /// The host directory that holds one socket directory per VMI UID.
+    pub socket_root: PathBuf,
+    pub kubevirts: Store<KubeVirt>,
+    pub notify: NotifyServers,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error("kubernetes API")]
+    Kube(#[from] kube::Error),
+    #[error("the VMI has no UID or namespace")]
+    Incomplete,
+    #[error("connecting to the launcher")]
+    Connect(#[from] tonic::transport::Error),
+    #[error("the launcher answered {0}")]
+    Launcher(#[from] tonic::Status),
+    #[error("the launcher did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("the launcher speaks {0:?}, none of which this handler knows")]
+    Version(Vec<String>),
+    #[error("serving the notify socket")]
+    Notify(#[source] std::io::Error),
+}
+
+impl HandlerContext {
+    fn use_emulation(&self) -> bool {
+        self.kubevirts.state().first().is_some_and(|kv| {
+            kv.spec
+                .configuration
+                .as_ref()
+                .and_then(|c| c.developer_configuration.as_ref())
+                .and_then(|d| d.use_emulation)
+                == Some(true)
+        })
+    }
+}
+
+async fn call<T>(
+    future: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T, SyncError> {
+    match tokio::time::timeout(CALL_TIMEOUT, future).await {
+        Ok(result) => Ok(result?.into_inner()),
+        Err(_) => Err(SyncError::Timeout(CALL_TIMEOUT)),
+    }
+}
+
+pub async fn reconcile(
+    vmi: Arc<VirtualMachineInstance>,
+    ctx: Arc<HandlerContext>,
+) -> Result<Action, SyncError> {
+    let status = vmi.status.clone().unwrap_or_default();
+    if status.node_name.as_deref() != Some(ctx.node.as_str()) {
+        return Ok(Action::await_change());
+    }
+    let (Some(uid), Some(namespace)) = (vmi.uid(), vmi.namespace()) else {
+        return Err(SyncError::Incomplete);
+    };
+    let dir = ctx.socket_root.join(&uid);
+    let socket = dir.join(LAUNCHER_SOCKET);
+    let phase = status.phase;
+
+    if vmi.metadata.deletion_timestamp.is_some() {
+        if socket.exists() {
+            if let Ok(mut client) = launcher::proto::launcher_client(&socket) {
+                let grace = vmi.spec.termination_grace_period_seconds;
+                let request = ShutdownRequest {
+                    vmi: uid.clone(),
+                    grace_period_seconds: grace,
+                };
+                if let Err(e) = call(client.shutdown(request)).await {
+                    log::info!("{}: shutdown: {e}", vmi.name_any());
+                }
+            }
+        }
+        ctx.notify.forget(&dir);
+        return Ok(Action::await_change());
+    }
+    if phase.is_some_and(VmiPhase::is_final) {
+        ctx.notify.forget(&dir);
+        return Ok(Action::await_change());
+    }
+    if !socket.exists() {
+        // The launcher is still starting (Scheduled), or gone (the controller sees the Pod fail).
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+
+    let mut client = launcher::proto::launcher_client(&socket)?;
+    let info = call(client.info(InfoRequest {})).await?;
+    if !info.supported_versions.iter().any(|v| v == "v1") {
+        return Err(SyncError::Version(info.supported_versions));
+    }
+    ctx.notify
+        .ensure(&dir, ObjectRef::from_obj(vmi.as_ref()))
+        .map_err(SyncError::Notify)?;
+
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(ctx.client.clone(), &namespace);
+    let mut domain = call(client.get_domain(GetDomainRequest {})).await?.domain;
+    if domain.is_none() {
+        let request = SyncVmiRequest {
+            vmi_json: serde_json::to_vec(vmi.as_ref())
+                .map_err(|e| tonic::Status::internal(e.to_string()))?,
+            options: Some(SyncOptions {
+                use_emulation: ctx.use_emulation(),
+                notify_socket: format!("{LAUNCHER_SOCKET_DIR}/{NOTIFY_SOCKET}"),
+            }),
+        };
+        match call(client.sync_vmi(request)).await {
+            Ok(response) => domain = response.domain,
+            Err(e) => {
+                // Say why on the VMI; the next pass tries again.
+                let mut failed = (*vmi).clone();
+                let s = failed.status.get_or_insert_with(Default::default);
+                let message = match &e {
+                    SyncError::Launcher(status) => status.message().to_string(),
+                    other => other.to_string(),
+                };
+                s.conditions.retain(|c| c.type_ != "Synchronized");
+                s.conditions.push(Condition::new(
+                    "Synchronized",
+                    false,
+                    "SyncFailed",
+                    &message,
+                ));
+                vmis.replace_status(&vmi.name_any(), &PostParams::default(), &failed)
+                    .await?;
+                return Err(e);
+            }
+        }
+    }
+    let Some(domain) = domain else {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    };
+
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    let pod_ip = pods
+        .list(&ListParams::default().labels(&format!("kubevirt.io/created-by={uid}")))
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .find_map(|p| p.status.and_then(|s| s.pod_ip));
+    let observed = Observed {
+        node: ctx.node.clone(),
+        pod_ip,
+        launcher_version: Some(info.launcher_version),
+    };
+    let mut new_status = status_from_domain(&vmi, &domain, &observed, Timestamp::now());
+    new_status
+        .conditions
+        .retain(|c| !(c.type_ == "Synchronized" && c.reason.as_deref() == Some("SyncFailed")));
+    if Some(&new_status) != vmi.status.as_ref() {
+        let mut updated = (*vmi).clone();
+        updated.status = Some(new_status);
+        vmis.replace_status(&vmi.name_any(), &PostParams::default(), &updated)
+            .await?;
+    }
+    Ok(Action::requeue(Duration::from_secs(30)))
+}

@@ -1,0 +1,271 @@
+//! The VMI status virt-handler reports, as a pure function of the VMI, the launcher's domain and
+//! the launcher Pod.
+//!
+//! Domain state -> VMI: starting/running/paused/shutting down -> Running (with Ready and Paused
+//! conditions); shut off -> Succeeded (the guest powered off); crashed -> Failed with the
+//! launcher's reason.
+
+use api::condition::Condition;
+use api::vmi::VmiNetworkInterface;
+use api::{VirtualMachineInstance, VirtualMachineInstanceStatus, VmiPhase};
+use k8s_openapi::jiff::Timestamp;
+use launcher::proto::v1::{Backend, Domain, DomainState};
+
+/// What the handler knows besides the domain.
+#[derive(Clone, Debug, Default)]
+pub struct Observed {
+    pub node: String,
+    pub pod_ip: Option<String>,
+    pub launcher_version: Option<String>,
+}
+
+/// The new status of `vmi` given its domain.
+pub fn status_from_domain(
+    vmi: &VirtualMachineInstance,
+    domain: &Domain,
+    observed: &Observed,
+    now: Timestamp,
+) -> VirtualMachineInstanceStatus {
+    let mut status = vmi.status.clone().unwrap_or_default();
+    if status.phase.is_some_and(VmiPhase::is_final) {
+        return status;
+    }
+    let state = DomainState::try_from(domain.state).unwrap_or(DomainState::NoState);
+    let phase = match state {
+        DomainState::NoState => return status,
+        DomainState::Starting
+        | DomainState::Running
+        | DomainState::Paused
+        | DomainState::ShuttingDown => VmiPhase::Running,
+        DomainState::Shutoff => VmiPhase::Succeeded,
+        DomainState::Crashed => VmiPhase::Failed,
+    };
+    set_phase(&mut status, phase, now);
+    if phase == VmiPhase::Failed {
+        status.reason = Some(domain.reason.clone());
+    }
+    status.node_name = Some(observed.node.clone());
+    if let Some(version) = &observed.launcher_version {
+        status.launcher_container_image_version = Some(version.clone());
+    }
+
+    let running = state == DomainState::Running;
+    let ready_reason = if running { "" } else { state.as_str_name() };
+    set_condition(
+        &mut status,
+        Condition::new(
+            "Ready",
+            running,
+            ready_reason,
+            if running { "" } else { &domain.reason },
+        ),
+    );
+    if state == DomainState::Paused {
+        set_condition(
+            &mut status,
+            Condition::new("Paused", true, "PausedByUser", "the VMI was paused"),
+        );
+    } else {
+        status.conditions.retain(|c| c.type_ != "Paused");
+    }
+    let backend = Backend::try_from(domain.backend).unwrap_or(Backend::Unspecified);
+    if backend != Backend::Unspecified {
+        let emulated = backend == Backend::QemuTcg;
+        set_condition(
+            &mut status,
+            Condition::new(
+                "SoftwareEmulation",
+                emulated,
+                if emulated { "QemuTcg" } else { "Kvm" },
+                &domain.backend_reason,
+            ),
+        );
+    }
+    if phase == VmiPhase::Running {
+        status.interfaces = interfaces(vmi, observed);
+    }
+    status
+}
+
+/// The guest's interfaces: with the masquerade binding the guest is reached at the Pod's IP.
+fn interfaces(vmi: &VirtualMachineInstance, observed: &Observed) -> Vec<VmiNetworkInterface> {
+    vmi.spec
+        .domain
+        .devices
+        .interfaces
+        .iter()
+        .map(|interface| VmiNetworkInterface {
+            name: Some(interface.name.clone()),
+            ip_address: observed.pod_ip.clone(),
+            ip_addresses: observed.pod_ip.iter().cloned().collect(),
+            mac: interface.mac_address.clone(),
+            interface_name: Some("eth0".into()),
+            pod_interface_name: Some("eth0".into()),
+            info_source: Some("domain".into()),
+            link_state: None,
+            queue_count: Some(1),
+        })
+        .collect()
+}
+
+fn set_phase(status: &mut VirtualMachineInstanceStatus, phase: VmiPhase, now: Timestamp) {
+    if status.phase == Some(phase) {
+        return;
+    }
+    status.phase = Some(phase);
+    status
+        .phase_transition_timestamps
+        .push(api::vmi::PhaseTransitionTimestamp {
+            phase,
+            phase_transition_timestamp: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
+        });
+}
+
+fn set_condition(status: &mut VirtualMachineInstanceStatus, mut new: Condition) {
+    match status.conditions.iter_mut().find(|c| c.type_ == new.type_) {
+        Some(old) => {
+            if old.status == new.status {
+                new.last_transition_time = old.last_transition_time.clone();
+            }
+            *old = new;
+        }
+        None => status.conditions.push(new),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn vmi(phase: VmiPhase) -> VirtualMachineInstance {
+        let mut vmi: VirtualMachineInstance = serde_json::from_value(json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+            "metadata": {"name": "v", "namespace": "default", "uid": "u"},
+            "spec": {"domain": {"devices": {"interfaces": [{"name": "default", "masquerade": {}}]}},
+                     "networks": [{"name": "default", "pod": {}}]}
+        }))
+        .unwrap();
+        vmi.status = Some(VirtualMachineInstanceStatus {
+            phase: Some(phase),
+            ..Default::default()
+        });
+        vmi
+    }
+
+    fn domain(state: DomainState, backend: Backend) -> Domain {
+        Domain {
+            state: state as i32,
+            reason: "why".into(),
+            backend: backend as i32,
+            backend_reason: "/dev/kvm is PVM".into(),
+            ..Domain::default()
+        }
+    }
+
+    fn observed() -> Observed {
+        Observed {
+            node: "node01".into(),
+            pod_ip: Some("10.244.0.7".into()),
+            launcher_version: Some("v1".into()),
+        }
+    }
+
+    fn now() -> Timestamp {
+        "2026-11-29T12:00:00Z".parse().unwrap()
+    }
+
+    #[test]
+    fn running_domain_makes_a_ready_running_vmi() {
+        let status = status_from_domain(
+            &vmi(VmiPhase::Scheduled),
+            &domain(DomainState::Running, Backend::QemuTcg),
+            &observed(),
+            now(),
+        );
+        assert_eq!(status.phase, Some(VmiPhase::Running));
+        assert_eq!(status.node_name.as_deref(), Some("node01"));
+        let ready = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert!(ready.is_true());
+        let emulation = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "SoftwareEmulation")
+            .unwrap();
+        assert!(emulation.is_true());
+        assert_eq!(emulation.message.as_deref(), Some("/dev/kvm is PVM"));
+        assert_eq!(
+            status.interfaces[0].ip_address.as_deref(),
+            Some("10.244.0.7")
+        );
+        assert_eq!(
+            status.phase_transition_timestamps.last().unwrap().phase,
+            VmiPhase::Running
+        );
+    }
+
+    #[test]
+    fn paused_domain_is_running_not_ready_and_paused() {
+        let status = status_from_domain(
+            &vmi(VmiPhase::Running),
+            &domain(DomainState::Paused, Backend::Kvm),
+            &observed(),
+            now(),
+        );
+        assert_eq!(status.phase, Some(VmiPhase::Running));
+        assert!(!status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap()
+            .is_true());
+        assert!(status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Paused")
+            .unwrap()
+            .is_true());
+        let resumed = status_from_domain(
+            &VirtualMachineInstance {
+                status: Some(status),
+                ..vmi(VmiPhase::Running)
+            },
+            &domain(DomainState::Running, Backend::Kvm),
+            &observed(),
+            now(),
+        );
+        assert!(resumed.conditions.iter().all(|c| c.type_ != "Paused"));
+    }
+
+    #[test]
+    fn shutoff_succeeds_crash_fails_final_stays() {
+        let off = status_from_domain(
+            &vmi(VmiPhase::Running),
+            &domain(DomainState::Shutoff, Backend::Kvm),
+            &observed(),
+            now(),
+        );
+        assert_eq!(off.phase, Some(VmiPhase::Succeeded));
+        let crashed = status_from_domain(
+            &vmi(VmiPhase::Running),
+            &domain(DomainState::Crashed, Backend::Kvm),
+            &observed(),
+            now(),
+        );
+        assert_eq!(crashed.phase, Some(VmiPhase::Failed));
+        assert_eq!(crashed.reason.as_deref(), Some("why"));
+        let failed = vmi(VmiPhase::Failed);
+        let same = status_from_domain(
+            &failed,
+            &domain(DomainState::Running, Backend::Kvm),
+            &observed(),
+            now(),
+        );
+        assert_eq!(Some(same), failed.status);
+    }
+}
