@@ -1,0 +1,268 @@
+//! The admission webhooks: `AdmissionReview` (admission.k8s.io/v1) in, `AdmissionReview` out.
+//!
+//! Protocol: kube-apiserver POSTs an `AdmissionReview` whose `request` carries the operation
+//! (CREATE, UPDATE), the object and, for UPDATE, the old object. The answer echoes the request's
+//! `uid` and says `allowed`:
+//!
+//! - mutating (`/mutate-<resource>`): the object is parsed as its kubevirt.io kind, `api`'s
+//!   defaults are applied, and the difference is answered as a JSON patch (RFC 6902,
+//!   `patchType: JSONPatch`) that kube-apiserver applies before validation;
+//! - validating (`/validate-<resource>`): `api`'s validation of the kind, plus for a VMI update
+//!   the rule that its spec is immutable. A denial carries `status.code` 422, reason `Invalid`,
+//!   a message listing each `field: message`, and `status.details.causes` with `field` and
+//!   `reason`, so `kubectl apply` shows the field paths.
+
+use api::object::KubeVirtObject;
+use api::validation::{validate_vmi_update, FieldError};
+use api::VirtualMachineInstance;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::core::{DynamicObject, Status};
+use serde_json::Value;
+
+/// The resources that have webhooks, by their plural name (the URL suffix).
+pub const RESOURCES: &[(&str, &str)] = &[
+    ("virtualmachines", "VirtualMachine"),
+    ("virtualmachineinstances", "VirtualMachineInstance"),
+    (
+        "virtualmachineinstancemigrations",
+        "VirtualMachineInstanceMigration",
+    ),
+    (
+        "virtualmachineinstancereplicasets",
+        "VirtualMachineInstanceReplicaSet",
+    ),
+    ("kubevirts", "KubeVirt"),
+];
+
+/// Who may change more of a VMI spec than nobody may: virt-api itself, which sets
+/// `spec.terminationGracePeriodSeconds` when `stop` overrides the grace period (as KubeVirt does).
+#[derive(Clone, Debug, Default)]
+pub struct AdmissionConfig {
+    pub privileged_users: Vec<String>,
+}
+
+/// Why an AdmissionReview could not be answered at all.
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    #[error("the body is not an AdmissionReview")]
+    Parse(#[source] serde_json::Error),
+    #[error("the AdmissionReview has no request")]
+    NoRequest,
+    #[error("encoding the AdmissionReview answer")]
+    Encode(#[source] serde_json::Error),
+}
+
+/// Which webhook is called.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Webhook {
+    Mutate,
+    Validate,
+}
+
+/// Answers one AdmissionReview body for `resource` (the URL suffix).
+pub fn review(
+    webhook: Webhook,
+    resource: &str,
+    body: &[u8],
+    config: &AdmissionConfig,
+) -> Result<Vec<u8>, ReviewError> {
+    let review: AdmissionReview<DynamicObject> =
+        serde_json::from_slice(body).map_err(ReviewError::Parse)?;
+    let request: AdmissionRequest<DynamicObject> =
+        review.try_into().map_err(|_| ReviewError::NoRequest)?;
+    let response = match webhook {
+        Webhook::Mutate => mutate(resource, &request),
+        Webhook::Validate => validate(resource, &request, config),
+    };
+    encode_review(response)
+}
+
+/// Serialises the answer. kube-core writes `patch` as an array of byte values; Kubernetes
+/// documents (and KubeVirt sends) the base64 string form, so it is rewritten to that.
+fn encode_review(response: AdmissionResponse) -> Result<Vec<u8>, ReviewError> {
+    use base64::Engine;
+    let mut value = serde_json::to_value(response.into_review()).map_err(ReviewError::Encode)?;
+    if let Some(patch) = value.pointer_mut("/response/patch") {
+        if let Ok(bytes) = serde_json::from_value::<Vec<u8>>(patch.clone()) {
+            *patch = Value::String(base64::engine::general_purpose::STANDARD.encode(bytes));
+        }
+    }
+    serde_json::to_vec(&value).map_err(ReviewError::Encode)
+}
+
+fn expected_kind(resource: &str) -> Option<&'static str> {
+    RESOURCES
+        .iter()
+        .find(|(r, _)| *r == resource)
+        .map(|(_, k)| *k)
+}
+
+/// Parses the request's object as the kind its URL names.
+fn parse_object(
+    resource: &str,
+    object: Option<&DynamicObject>,
+) -> Result<(Value, KubeVirtObject), String> {
+    let Some(kind) = expected_kind(resource) else {
+        return Err(format!("no webhook for resource {resource:?}"));
+    };
+    let Some(object) = object else {
+        return Err("the request has no object".to_string());
+    };
+    let value = serde_json::to_value(object).map_err(|e| e.to_string())?;
+    let parsed = KubeVirtObject::from_value(value.clone()).map_err(|e| e.to_string())?;
+    let value_kind = value
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if value_kind != kind {
+        return Err(format!("expected a {kind}, got a {value_kind}"));
+    }
+    Ok((value, parsed))
+}
+
+/// The mutating webhook: defaults as a JSON patch.
+pub fn mutate(resource: &str, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+    let response = AdmissionResponse::from(request);
+    if !matches!(request.operation, Operation::Create | Operation::Update) {
+        return response;
+    }
+    let (original, mut object) = match parse_object(resource, request.object.as_ref()) {
+        Ok(parsed) => parsed,
+        Err(message) => return deny(response, &message, &[]),
+    };
+    object.apply_defaults();
+    let defaulted = match object.to_value() {
+        Ok(v) => v,
+        Err(e) => {
+            return deny(
+                response,
+                &format!("encoding the defaulted object: {e}"),
+                &[],
+            )
+        }
+    };
+    let patch = defaults_patch(&original, &defaulted);
+    if patch.0.is_empty() {
+        return response;
+    }
+    match response.clone().with_patch(patch) {
+        Ok(r) => r,
+        Err(e) => deny(response, &format!("encoding the patch: {e}"), &[]),
+    }
+}
+
+/// The JSON patch that turns `original` into `defaulted`. Defaulting only adds and replaces;
+/// a `remove` could only come from a field the Rust types do not keep, so it is left out
+/// rather than deleting what the user wrote.
+pub fn defaults_patch(original: &Value, defaulted: &Value) -> json_patch::Patch {
+    let json_patch::Patch(ops) = json_patch::diff(original, defaulted);
+    json_patch::Patch(
+        ops.into_iter()
+            .filter(|op| !matches!(op, json_patch::PatchOperation::Remove(_)))
+            .collect(),
+    )
+}
+
+/// The validating webhook.
+pub fn validate(
+    resource: &str,
+    request: &AdmissionRequest<DynamicObject>,
+    config: &AdmissionConfig,
+) -> AdmissionResponse {
+    let response = AdmissionResponse::from(request);
+    if !matches!(request.operation, Operation::Create | Operation::Update) {
+        return response;
+    }
+    let (value, object) = match parse_object(resource, request.object.as_ref()) {
+        Ok(parsed) => parsed,
+        Err(message) => return deny(response, &message, &[]),
+    };
+    // An object on its way out (finalizers being removed) is not re-judged.
+    if value.pointer("/metadata/deletionTimestamp").is_some() {
+        return response;
+    }
+    if request.operation == Operation::Update {
+        if let KubeVirtObject::VirtualMachineInstance(new) = &object {
+            return validate_vmi_change(response, request, new, config);
+        }
+    }
+    match object.validate() {
+        Ok(()) => response,
+        Err(errors) => deny(response, "", &errors),
+    }
+}
+
+fn validate_vmi_change(
+    response: AdmissionResponse,
+    request: &AdmissionRequest<DynamicObject>,
+    new: &VirtualMachineInstance,
+    config: &AdmissionConfig,
+) -> AdmissionResponse {
+    let old = match request
+        .old_object
+        .as_ref()
+        .map(serde_json::to_value)
+        .transpose()
+        .map_err(|e| e.to_string())
+        .and_then(|v| {
+            v.ok_or_else(|| "an UPDATE without oldObject".to_string())
+                .and_then(|v| {
+                    serde_json::from_value::<VirtualMachineInstance>(v).map_err(|e| e.to_string())
+                })
+        }) {
+        Ok(old) => old,
+        Err(message) => return deny(response, &message, &[]),
+    };
+    let user = request.user_info.username.as_deref().unwrap_or_default();
+    if config.privileged_users.iter().any(|u| u == user) {
+        // virt-api's own stop with a grace period: only that one field may change.
+        let mut allowed = old.clone();
+        allowed.spec.termination_grace_period_seconds = new.spec.termination_grace_period_seconds;
+        if allowed.spec == new.spec {
+            return response;
+        }
+    }
+    match validate_vmi_update(&old, new) {
+        Ok(()) => response,
+        Err(errors) => deny(response, "", &errors),
+    }
+}
+
+/// A denial in KubeVirt's shape: 422 Invalid, the message listing each `field: message`, and
+/// one cause per field error.
+pub fn deny(
+    response: AdmissionResponse,
+    message: &str,
+    errors: &[FieldError],
+) -> AdmissionResponse {
+    let text = if errors.is_empty() {
+        message.to_string()
+    } else {
+        api::FieldErrors(errors.to_vec()).to_string()
+    };
+    let mut response = response.deny(text.clone());
+    let mut status = Status::failure(&text, "Invalid").with_code(422);
+    if !errors.is_empty() {
+        status.details = Some(kube::core::response::StatusDetails {
+            causes: errors
+                .iter()
+                .map(|e| kube::core::response::StatusCause {
+                    reason: e.kind.cause_type().to_string(),
+                    message: e.message.clone(),
+                    field: e.field.clone(),
+                })
+                .collect(),
+            name: String::new(),
+            group: String::new(),
+            kind: String::new(),
+            uid: String::new(),
+            retry_after_seconds: 0,
+        });
+    }
+    response.result = status;
+    response
+}
+
+#[cfg(test)]
+#[path = "admission_tests.rs"]
+mod tests;

@@ -1,0 +1,208 @@
+//! virt-api's client of virt-handler's subresource server (see `handler::server` for the
+//! server side).
+//!
+//! The handler of a VMI is the Pod labelled `kubevirt.io=virt-handler` in virt-handler's
+//! namespace whose `spec.nodeName` is the VMI's `status.nodeName`; virt-api connects to its Pod
+//! IP on port 8186. The transport is plain HTTP/1.1 on the pod network, authenticated by a
+//! bearer token both sides read from the same Secret:
+//!
+//! - `PUT /v1/vmis/{uid}/{pause|unpause|reset}` -> `200`, or an error status with the reason
+//!   as text;
+//! - `GET /v1/vmis/{uid}/console` with `Connection: Upgrade`, `Upgrade: ferrovirt-console`
+//!   -> `101`, after which the connection is the raw byte stream of the guest's serial console.
+
+use std::net::SocketAddr;
+
+use api::VirtualMachineInstance;
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use hyper::upgrade::Upgraded;
+use hyper_util::rt::TokioIo;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::ListParams;
+use kube::{Api, Client};
+
+use crate::status::ApiError;
+
+/// Port of virt-handler's subresource server.
+pub const HANDLER_PORT: u16 = 8186;
+/// Label of virt-handler's Pods.
+pub const HANDLER_LABEL: &str = "kubevirt.io=virt-handler";
+/// The `Upgrade` protocol name of the console relay.
+pub const CONSOLE_UPGRADE: &str = "ferrovirt-console";
+
+/// How to reach the handlers.
+#[derive(Clone)]
+pub struct HandlerClient {
+    pub client: Client,
+    /// virt-handler's namespace.
+    pub namespace: String,
+    pub port: u16,
+    pub token: String,
+}
+
+/// A VMI action the handler performs through the launcher.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HandlerAction {
+    Pause,
+    Unpause,
+    Reset,
+}
+
+impl HandlerAction {
+    pub fn name(self) -> &'static str {
+        match self {
+            HandlerAction::Pause => "pause",
+            HandlerAction::Unpause => "unpause",
+            HandlerAction::Reset => "reset",
+        }
+    }
+}
+
+/// The handler path of an action or the console for a VMI uid.
+pub fn handler_path(uid: &str, what: &str) -> String {
+    format!("/v1/vmis/{uid}/{what}")
+}
+
+fn uid_of(vmi: &VirtualMachineInstance) -> Result<&str, ApiError> {
+    vmi.metadata
+        .uid
+        .as_deref()
+        .ok_or_else(|| ApiError::internal("the VMI has no uid"))
+}
+
+impl HandlerClient {
+    /// Finds the address of the handler on the VMI's node.
+    pub async fn address(&self, vmi: &VirtualMachineInstance) -> Result<SocketAddr, ApiError> {
+        let node = vmi
+            .status
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .ok_or_else(|| {
+                ApiError::conflict("VMI is not running: it has not been scheduled to a node")
+            })?;
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
+        let params = ListParams::default()
+            .labels(HANDLER_LABEL)
+            .fields(&format!("spec.nodeName={node}"));
+        let list = pods
+            .list(&params)
+            .await
+            .map_err(|e| ApiError::from_kube("listing virt-handler pods", e))?;
+        let ip = list
+            .items
+            .iter()
+            .filter_map(|p| p.status.as_ref()?.pod_ip.as_deref())
+            .find_map(|ip| ip.parse().ok())
+            .ok_or_else(|| {
+                ApiError::internal(format!(
+                    "no running virt-handler pod with an IP on node {node}"
+                ))
+            })?;
+        Ok(SocketAddr::new(ip, self.port))
+    }
+
+    async fn send(
+        &self,
+        address: SocketAddr,
+        request: Request<Empty<Bytes>>,
+    ) -> Result<http::Response<hyper::body::Incoming>, ApiError> {
+        let unreachable = |e: &dyn std::fmt::Display| {
+            ApiError::internal(format!("virt-handler at {address}: {e}"))
+        };
+        let stream = tokio::net::TcpStream::connect(address)
+            .await
+            .map_err(|e| unreachable(&e))?;
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| unreachable(&e))?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.with_upgrades().await {
+                log::debug!("virt-handler connection: {e}");
+            }
+        });
+        sender
+            .send_request(request)
+            .await
+            .map_err(|e| unreachable(&e))
+    }
+
+    fn request(
+        &self,
+        method: http::Method,
+        path: &str,
+    ) -> Result<http::request::Builder, ApiError> {
+        Ok(Request::builder()
+            .method(method)
+            .uri(path)
+            .header(http::header::HOST, "virt-handler")
+            .header(
+                http::header::AUTHORIZATION,
+                format!("Bearer {}", self.token),
+            ))
+    }
+
+    /// Asks the VMI's handler to pause, unpause or reset it.
+    pub async fn act(
+        &self,
+        vmi: &VirtualMachineInstance,
+        action: HandlerAction,
+    ) -> Result<(), ApiError> {
+        let address = self.address(vmi).await?;
+        let request = self
+            .request(
+                http::Method::PUT,
+                &handler_path(uid_of(vmi)?, action.name()),
+            )?
+            .body(Empty::new())
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        let response = self.send(address, request).await?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(());
+        }
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map(|b| String::from_utf8_lossy(&b.to_bytes()).into_owned())
+            .unwrap_or_default();
+        Err(ApiError::new(
+            if status == StatusCode::UNAUTHORIZED {
+                StatusCode::INTERNAL_SERVER_ERROR
+            } else {
+                status
+            },
+            format!("{} failed: {}", action.name(), body.trim()),
+        ))
+    }
+
+    /// Opens the VMI's serial console through its handler.
+    pub async fn console(&self, vmi: &VirtualMachineInstance) -> Result<Upgraded, ApiError> {
+        let address = self.address(vmi).await?;
+        let request = self
+            .request(http::Method::GET, &handler_path(uid_of(vmi)?, "console"))?
+            .header(http::header::CONNECTION, "Upgrade")
+            .header(http::header::UPGRADE, CONSOLE_UPGRADE)
+            .body(Empty::new())
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        let response = self.send(address, request).await?;
+        if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+            let status = response.status();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map(|b| String::from_utf8_lossy(&b.to_bytes()).into_owned())
+                .unwrap_or_default();
+            return Err(ApiError::new(
+                status,
+                format!("console not available: {}", body.trim()),
+            ));
+        }
+        hyper::upgrade::on(response)
+            .await
+            .map_err(|e| ApiError::internal(format!("console upgrade: {e}")))
+    }
+}

@@ -1,0 +1,343 @@
+//! The objects that install virt-api, as Rust values the operator can apply and the
+//! `virt-api-manifests` binary prints: ServiceAccount and RBAC (its own ClusterRole,
+//! `system:auth-delegator` for TokenReviews and SubjectAccessReviews, and the
+//! `extension-apiserver-authentication-reader` Role in kube-system for the requestheader
+//! ConfigMap), the Deployment and Service, the APIService of `subresources.kubevirt.io/v1`,
+//! and the mutating and validating webhook configurations, both trusting `ca_bundle`.
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Secret, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+use serde_json::{json, Value};
+
+use crate::admission::RESOURCES;
+use crate::routes::{GROUP, VERSION};
+
+/// Name of virt-api's ServiceAccount, Deployment, Service and ClusterRole.
+pub const NAME: &str = "virt-api";
+/// Secret with the serving certificate (`tls.crt`, `tls.key`).
+pub const CERT_SECRET: &str = "kubevirt-virt-api-certs";
+/// Secret with the token virt-api presents to virt-handler (`token`).
+pub const HANDLER_TOKEN_SECRET: &str = "kubevirt-virt-handler-token";
+/// Port virt-api listens on in its Pod.
+pub const PORT: i32 = 8443;
+
+/// Where kube-apiserver reaches the webhooks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WebhookTarget {
+    /// The `virt-api` Service in the install namespace (the normal case).
+    Service,
+    /// A URL base such as `https://127.0.0.1:8443` (virt-api run outside the cluster, in tests).
+    Url(String),
+}
+
+/// What the manifests depend on.
+#[derive(Clone, Debug)]
+pub struct InstallConfig {
+    pub namespace: String,
+    pub image: String,
+    /// PEM of the CA that signed virt-api's serving certificate.
+    pub ca_bundle: Vec<u8>,
+    pub webhook_target: WebhookTarget,
+}
+
+impl InstallConfig {
+    /// The username virt-api's ServiceAccount authenticates as.
+    pub fn service_account_user(&self) -> String {
+        format!("system:serviceaccount:{}:{NAME}", self.namespace)
+    }
+}
+
+fn typed<T: serde::de::DeserializeOwned>(value: Value) -> T {
+    serde_json::from_value(value).expect("a static manifest matches its Kubernetes type")
+}
+
+fn labels() -> Value {
+    json!({"kubevirt.io": NAME, "app.kubernetes.io/managed-by": "virt-operator"})
+}
+
+pub fn service_account(c: &InstallConfig) -> ServiceAccount {
+    typed(json!({"metadata": {"name": NAME, "namespace": c.namespace, "labels": labels()}}))
+}
+
+/// What virt-api does with the API: read VMs and VMIs, change run strategies, add state
+/// change requests, set a VMI grace period, create migrations, find virt-handler Pods, and ask
+/// SubjectAccessReviews.
+pub fn cluster_role() -> ClusterRole {
+    typed(json!({
+        "metadata": {"name": NAME, "labels": labels()},
+        "rules": [
+            {"apiGroups": ["kubevirt.io"],
+             "resources": ["virtualmachines", "virtualmachineinstances"],
+             "verbs": ["get", "list", "watch", "patch"]},
+            {"apiGroups": ["kubevirt.io"], "resources": ["virtualmachines/status"],
+             "verbs": ["get", "patch", "update"]},
+            {"apiGroups": ["kubevirt.io"], "resources": ["virtualmachineinstancemigrations"],
+             "verbs": ["get", "list", "create"]},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+            {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"],
+             "verbs": ["create"]},
+        ]
+    }))
+}
+
+fn binding_subjects(c: &InstallConfig) -> Value {
+    json!([{"kind": "ServiceAccount", "name": NAME, "namespace": c.namespace}])
+}
+
+/// Binds virt-api's ClusterRole and `system:auth-delegator`.
+pub fn cluster_role_bindings(c: &InstallConfig) -> Vec<ClusterRoleBinding> {
+    [
+        (NAME.to_string(), NAME),
+        (format!("{NAME}-auth-delegator"), "system:auth-delegator"),
+    ]
+    .into_iter()
+    .map(|(name, role)| {
+        typed(json!({
+            "metadata": {"name": name, "labels": labels()},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": role},
+            "subjects": binding_subjects(c),
+        }))
+    })
+    .collect()
+}
+
+/// Lets virt-api read `extension-apiserver-authentication` in kube-system.
+pub fn auth_reader_binding(c: &InstallConfig) -> RoleBinding {
+    typed(json!({
+        "metadata": {"name": format!("{NAME}-auth-reader"), "namespace": "kube-system",
+                     "labels": labels()},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                    "name": "extension-apiserver-authentication-reader"},
+        "subjects": binding_subjects(c),
+    }))
+}
+
+/// The token virt-api presents to virt-handler's subresource server; virt-handler mounts the
+/// same Secret (its `token` key) at `/etc/virt-handler/handler-token/`. The operator makes the
+/// token (random, at install time).
+pub fn handler_token_secret(c: &InstallConfig, token: &str) -> Secret {
+    typed(json!({
+        "metadata": {"name": HANDLER_TOKEN_SECRET, "namespace": c.namespace, "labels": labels()},
+        "type": "Opaque",
+        "stringData": {"token": token},
+    }))
+}
+
+pub fn service(c: &InstallConfig) -> Service {
+    typed(json!({
+        "metadata": {"name": NAME, "namespace": c.namespace, "labels": labels()},
+        "spec": {"selector": {"kubevirt.io": NAME},
+                 "ports": [{"name": "https", "port": 443, "targetPort": PORT}]}
+    }))
+}
+
+pub fn deployment(c: &InstallConfig) -> Deployment {
+    typed(json!({
+        "metadata": {"name": NAME, "namespace": c.namespace, "labels": labels()},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"kubevirt.io": NAME}},
+            "template": {
+                "metadata": {"labels": labels()},
+                "spec": {
+                    "serviceAccountName": NAME,
+                    "containers": [{
+                        "name": NAME,
+                        "image": c.image,
+                        "command": ["virt-api"],
+                        "args": [
+                            "--listen", format!("0.0.0.0:{PORT}"),
+                            "--tls-cert-file", "/etc/virt-api/certs/tls.crt",
+                            "--tls-key-file", "/etc/virt-api/certs/tls.key",
+                            "--handler-token-file", "/etc/virt-api/handler/token",
+                            "--handler-namespace", c.namespace,
+                        ],
+                        "ports": [{"name": "https", "containerPort": PORT}],
+                        "readinessProbe": {"httpGet": {"path": "/healthz", "port": PORT,
+                                                       "scheme": "HTTPS"}},
+                        "volumeMounts": [
+                            {"name": "certs", "mountPath": "/etc/virt-api/certs", "readOnly": true},
+                            {"name": "handler-token", "mountPath": "/etc/virt-api/handler",
+                             "readOnly": true},
+                        ],
+                    }],
+                    "volumes": [
+                        {"name": "certs", "secret": {"secretName": CERT_SECRET}},
+                        {"name": "handler-token", "secret": {"secretName": HANDLER_TOKEN_SECRET}},
+                    ],
+                }
+            }
+        }
+    }))
+}
+
+/// `v1.subresources.kubevirt.io`, served by the virt-api Service.
+pub fn api_service(c: &InstallConfig) -> APIService {
+    typed(json!({
+        "metadata": {"name": format!("{VERSION}.{GROUP}"), "labels": labels()},
+        "spec": {
+            "group": GROUP,
+            "version": VERSION,
+            "service": {"namespace": c.namespace, "name": NAME, "port": 443},
+            "caBundle": base64_of(&c.ca_bundle),
+            "groupPriorityMinimum": 1000,
+            "versionPriority": 15,
+        }
+    }))
+}
+
+fn base64_of(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn client_config(c: &InstallConfig, path: &str) -> Value {
+    let mut config = match &c.webhook_target {
+        WebhookTarget::Service => json!({
+            "service": {"namespace": c.namespace, "name": NAME, "port": 443, "path": path}
+        }),
+        WebhookTarget::Url(base) => json!({"url": format!("{}{path}", base.trim_end_matches('/'))}),
+    };
+    config["caBundle"] = json!(base64_of(&c.ca_bundle));
+    config
+}
+
+/// One webhook per kind; `prefix` is `mutate` or `validate`. A VMI is defaulted on CREATE
+/// only (its spec never changes after).
+fn webhooks(c: &InstallConfig, prefix: &str, role: &str) -> Value {
+    let hooks: Vec<Value> = RESOURCES
+        .iter()
+        .map(|(plural, _)| {
+            let operations = if prefix == "mutate" && *plural == "virtualmachineinstances" {
+                json!(["CREATE"])
+            } else {
+                json!(["CREATE", "UPDATE"])
+            };
+            json!({
+                "name": format!("{plural}-{role}.kubevirt.io"),
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "failurePolicy": "Fail",
+                "timeoutSeconds": 10,
+                "clientConfig": client_config(c, &format!("/{prefix}-{plural}")),
+                "rules": [{"apiGroups": ["kubevirt.io"], "apiVersions": ["v1"],
+                           "operations": operations, "resources": [plural]}],
+            })
+        })
+        .collect();
+    json!(hooks)
+}
+
+pub fn mutating_webhook_configuration(c: &InstallConfig) -> MutatingWebhookConfiguration {
+    typed(json!({
+        "metadata": {"name": "virt-api-mutator", "labels": labels()},
+        "webhooks": webhooks(c, "mutate", "mutator"),
+    }))
+}
+
+pub fn validating_webhook_configuration(c: &InstallConfig) -> ValidatingWebhookConfiguration {
+    typed(json!({
+        "metadata": {"name": "virt-api-validator", "labels": labels()},
+        "webhooks": webhooks(c, "validate", "validator"),
+    }))
+}
+
+/// Every object, in the order to apply them, as JSON with apiVersion and kind.
+pub fn all(c: &InstallConfig) -> Result<Vec<Value>, serde_json::Error> {
+    use k8s_openapi::Resource;
+    fn with_type<T: serde::Serialize + Resource>(o: &T) -> Result<Value, serde_json::Error> {
+        let mut v = serde_json::to_value(o)?;
+        v["apiVersion"] = json!(T::API_VERSION);
+        v["kind"] = json!(T::KIND);
+        Ok(v)
+    }
+    let mut out = vec![with_type(&service_account(c))?, with_type(&cluster_role())?];
+    for b in cluster_role_bindings(c) {
+        out.push(with_type(&b)?);
+    }
+    out.push(with_type(&auth_reader_binding(c))?);
+    out.push(with_type(&service(c))?);
+    out.push(with_type(&deployment(c))?);
+    out.push(with_type(&api_service(c))?);
+    out.push(with_type(&mutating_webhook_configuration(c))?);
+    out.push(with_type(&validating_webhook_configuration(c))?);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(target: WebhookTarget) -> InstallConfig {
+        InstallConfig {
+            namespace: "kubevirt".into(),
+            image: "registry.local/virt-api:dev".into(),
+            ca_bundle: b"-----BEGIN CERTIFICATE-----\n".to_vec(),
+            webhook_target: target,
+        }
+    }
+
+    #[test]
+    fn every_kind_has_a_mutating_and_a_validating_webhook() {
+        let c = config(WebhookTarget::Service);
+        let m = mutating_webhook_configuration(&c);
+        let v = validating_webhook_configuration(&c);
+        assert_eq!(m.webhooks.as_ref().unwrap().len(), RESOURCES.len());
+        let vw = v.webhooks.unwrap();
+        assert_eq!(vw.len(), RESOURCES.len());
+        let vm = &vw[0];
+        assert_eq!(vm.name, "virtualmachines-validator.kubevirt.io");
+        let svc = vm.client_config.service.as_ref().unwrap();
+        assert_eq!(svc.path.as_deref(), Some("/validate-virtualmachines"));
+        assert_eq!(vm.client_config.ca_bundle.as_ref().unwrap().0, c.ca_bundle);
+    }
+
+    #[test]
+    fn url_target_for_out_of_cluster_runs() {
+        let c = config(WebhookTarget::Url("https://10.0.0.1:8443/".into()));
+        let m = mutating_webhook_configuration(&c);
+        let hook = &m.webhooks.unwrap()[1];
+        assert_eq!(
+            hook.client_config.url.as_deref(),
+            Some("https://10.0.0.1:8443/mutate-virtualmachineinstances")
+        );
+        assert_eq!(
+            hook.rules.as_ref().unwrap()[0].operations,
+            Some(vec!["CREATE".to_string()])
+        );
+    }
+
+    #[test]
+    fn api_service_and_rbac() {
+        let c = config(WebhookTarget::Service);
+        let a = api_service(&c);
+        assert_eq!(
+            a.metadata.name.as_deref(),
+            Some("v1.subresources.kubevirt.io")
+        );
+        let spec = a.spec.unwrap();
+        assert_eq!(spec.service.unwrap().name.as_deref(), Some("virt-api"));
+        let bindings = cluster_role_bindings(&c);
+        assert!(bindings
+            .iter()
+            .any(|b| b.role_ref.name == "system:auth-delegator"));
+        assert_eq!(
+            auth_reader_binding(&c).role_ref.name,
+            "extension-apiserver-authentication-reader"
+        );
+        let all = all(&c).unwrap();
+        assert!(all
+            .iter()
+            .all(|o| o["kind"].is_string() && o["apiVersion"].is_string()));
+        assert_eq!(
+            c.service_account_user(),
+            "system:serviceaccount:kubevirt:virt-api"
+        );
+    }
+}

@@ -1,0 +1,253 @@
+//! The URL space virt-api serves, parsed into [`Route`]s, and the paths virtctl builds.
+//!
+//! - `/mutate-<resource>` and `/validate-<resource>`: admission webhooks (`AdmissionReview` v1),
+//!   called by kube-apiserver without user credentials.
+//! - `/apis`, `/apis/subresources.kubevirt.io`, `/apis/subresources.kubevirt.io/v1`: discovery.
+//! - `/apis/subresources.kubevirt.io/v1/namespaces/{ns}/{virtualmachines|virtualmachineinstances}/{name}/{subresource}`:
+//!   the subresources, reached through kube-apiserver's aggregation layer.
+//! - `/apis/subresources.kubevirt.io/v1/{version,healthz}` and `/healthz`.
+
+use http::Method;
+
+/// The aggregated API group.
+pub const GROUP: &str = "subresources.kubevirt.io";
+/// Its version.
+pub const VERSION: &str = "v1";
+/// Versions accepted in paths (KubeVirt still serves v1alpha3 as an alias).
+const ACCEPTED_VERSIONS: &[&str] = &["v1", "v1alpha3"];
+
+/// The kind of object a subresource hangs off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Owner {
+    VirtualMachine,
+    VirtualMachineInstance,
+}
+
+impl Owner {
+    /// The plural resource name in URLs and SubjectAccessReviews.
+    pub fn resource(self) -> &'static str {
+        match self {
+            Owner::VirtualMachine => "virtualmachines",
+            Owner::VirtualMachineInstance => "virtualmachineinstances",
+        }
+    }
+}
+
+/// A subresource virt-api implements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Subresource {
+    Console,
+    Pause,
+    Unpause,
+    Reset,
+    SoftReboot,
+    GuestOsInfo,
+    Start,
+    Stop,
+    Restart,
+    Migrate,
+}
+
+impl Subresource {
+    pub fn name(self) -> &'static str {
+        match self {
+            Subresource::Console => "console",
+            Subresource::Pause => "pause",
+            Subresource::Unpause => "unpause",
+            Subresource::Reset => "reset",
+            Subresource::SoftReboot => "softreboot",
+            Subresource::GuestOsInfo => "guestosinfo",
+            Subresource::Start => "start",
+            Subresource::Stop => "stop",
+            Subresource::Restart => "restart",
+            Subresource::Migrate => "migrate",
+        }
+    }
+
+    /// The object kind this subresource belongs to.
+    pub fn owner(self) -> Owner {
+        match self {
+            Subresource::Start
+            | Subresource::Stop
+            | Subresource::Restart
+            | Subresource::Migrate => Owner::VirtualMachine,
+            _ => Owner::VirtualMachineInstance,
+        }
+    }
+
+    /// The HTTP method the subresource is called with.
+    pub fn method(self) -> Method {
+        match self {
+            Subresource::Console | Subresource::GuestOsInfo => Method::GET,
+            _ => Method::PUT,
+        }
+    }
+
+    /// Every subresource, for discovery.
+    pub const ALL: [Subresource; 10] = [
+        Subresource::Console,
+        Subresource::Pause,
+        Subresource::Unpause,
+        Subresource::Reset,
+        Subresource::SoftReboot,
+        Subresource::GuestOsInfo,
+        Subresource::Start,
+        Subresource::Stop,
+        Subresource::Restart,
+        Subresource::Migrate,
+    ];
+
+    fn parse(owner: Owner, name: &str) -> Option<Subresource> {
+        Subresource::ALL
+            .into_iter()
+            .find(|s| s.owner() == owner && s.name() == name)
+    }
+}
+
+/// One request to a subresource of one object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SubresourceRequest {
+    pub namespace: String,
+    pub name: String,
+    pub subresource: Subresource,
+}
+
+/// What a request asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Route {
+    Mutate(String),
+    Validate(String),
+    /// `/apis`
+    ApiGroupList,
+    /// `/apis/subresources.kubevirt.io`
+    ApiGroup,
+    /// `/apis/subresources.kubevirt.io/v1`
+    ApiResourceList,
+    Version,
+    Healthz,
+    Subresource(SubresourceRequest),
+    /// A path under the group this server does not implement (404).
+    NotFound,
+    /// A known subresource called with the wrong method (405).
+    MethodNotAllowed,
+}
+
+/// Parses method and path (without query) into a route.
+pub fn route(method: &Method, path: &str) -> Route {
+    let path = path.trim_end_matches('/');
+    if let Some(resource) = path.strip_prefix("/mutate-") {
+        return Route::Mutate(resource.to_string());
+    }
+    if let Some(resource) = path.strip_prefix("/validate-") {
+        return Route::Validate(resource.to_string());
+    }
+    let parts: Vec<&str> = path.split('/').skip(1).collect();
+    match parts.as_slice() {
+        ["healthz"] => Route::Healthz,
+        ["apis"] => Route::ApiGroupList,
+        ["apis", g] if *g == GROUP => Route::ApiGroup,
+        ["apis", g, v] if *g == GROUP && ACCEPTED_VERSIONS.contains(v) => Route::ApiResourceList,
+        ["apis", g, v, "version"] if *g == GROUP && ACCEPTED_VERSIONS.contains(v) => Route::Version,
+        ["apis", g, v, "healthz"] if *g == GROUP && ACCEPTED_VERSIONS.contains(v) => Route::Healthz,
+        ["apis", g, v, "namespaces", ns, resource, name, sub]
+            if *g == GROUP && ACCEPTED_VERSIONS.contains(v) =>
+        {
+            let owner = match *resource {
+                "virtualmachines" => Owner::VirtualMachine,
+                "virtualmachineinstances" => Owner::VirtualMachineInstance,
+                _ => return Route::NotFound,
+            };
+            let Some(subresource) = Subresource::parse(owner, sub) else {
+                return Route::NotFound;
+            };
+            if *method != subresource.method() {
+                return Route::MethodNotAllowed;
+            }
+            Route::Subresource(SubresourceRequest {
+                namespace: ns.to_string(),
+                name: name.to_string(),
+                subresource,
+            })
+        }
+        _ => Route::NotFound,
+    }
+}
+
+/// The path of a subresource, as virtctl calls it through kube-apiserver.
+pub fn subresource_path(namespace: &str, name: &str, subresource: Subresource) -> String {
+    format!(
+        "/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{}/{name}/{}",
+        subresource.owner().resource(),
+        subresource.name()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subresource_paths_round_trip() {
+        for s in Subresource::ALL {
+            let path = subresource_path("default", "testvm", s);
+            assert_eq!(
+                route(&s.method(), &path),
+                Route::Subresource(SubresourceRequest {
+                    namespace: "default".into(),
+                    name: "testvm".into(),
+                    subresource: s,
+                }),
+                "{path}"
+            );
+        }
+    }
+
+    #[test]
+    fn paths_match_kubevirt() {
+        assert_eq!(
+            subresource_path("ns", "vm", Subresource::Console),
+            "/apis/subresources.kubevirt.io/v1/namespaces/ns/virtualmachineinstances/vm/console"
+        );
+        assert_eq!(
+            subresource_path("ns", "vm", Subresource::Start),
+            "/apis/subresources.kubevirt.io/v1/namespaces/ns/virtualmachines/vm/start"
+        );
+    }
+
+    #[test]
+    fn wrong_owner_method_and_unknown() {
+        let vmi_start =
+            "/apis/subresources.kubevirt.io/v1/namespaces/ns/virtualmachineinstances/x/start";
+        assert_eq!(route(&Method::PUT, vmi_start), Route::NotFound);
+        let pause =
+            "/apis/subresources.kubevirt.io/v1/namespaces/ns/virtualmachineinstances/x/pause";
+        assert_eq!(route(&Method::GET, pause), Route::MethodNotAllowed);
+        assert_eq!(route(&Method::GET, "/apis/other/v1"), Route::NotFound);
+    }
+
+    #[test]
+    fn discovery_admission_and_health() {
+        assert_eq!(route(&Method::GET, "/apis"), Route::ApiGroupList);
+        assert_eq!(
+            route(&Method::GET, "/apis/subresources.kubevirt.io/"),
+            Route::ApiGroup
+        );
+        assert_eq!(
+            route(&Method::GET, "/apis/subresources.kubevirt.io/v1"),
+            Route::ApiResourceList
+        );
+        assert_eq!(
+            route(&Method::GET, "/apis/subresources.kubevirt.io/v1/version"),
+            Route::Version
+        );
+        assert_eq!(route(&Method::GET, "/healthz"), Route::Healthz);
+        assert_eq!(
+            route(&Method::POST, "/validate-virtualmachines"),
+            Route::Validate("virtualmachines".into())
+        );
+        assert_eq!(
+            route(&Method::POST, "/mutate-virtualmachineinstances"),
+            Route::Mutate("virtualmachineinstances".into())
+        );
+    }
+}

@@ -1,0 +1,389 @@
+//! The HTTPS server: accepts TLS connections, notes whether the client presented a verified
+//! front-proxy certificate, and routes each request (see [`crate::routes`]).
+//!
+//! Admission requests and health checks need no user. Discovery and version need a verified
+//! front-proxy connection. Subresources need a verified front-proxy connection, a user in the
+//! `X-Remote-*` headers, and a SubjectAccessReview that allows the user (see [`crate::auth`]).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{header, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+use kube::api::PostParams;
+use kube::{Api, Client};
+use tokio_rustls::TlsAcceptor;
+
+use crate::admission::{self, AdmissionConfig, Webhook};
+use crate::auth::{self, RequestHeaderConfig, User};
+use crate::handler_client::{HandlerAction, HandlerClient};
+use crate::options::{self, PauseOptions};
+use crate::routes::{self, Route, Subresource, SubresourceRequest};
+use crate::status::ApiError;
+use crate::{console, discovery, vm_actions, vmi_actions, websocket};
+
+/// Largest request body read (AdmissionReviews of big objects included).
+const MAX_BODY: usize = 8 << 20;
+
+/// Everything a request may need.
+pub struct ServerState {
+    pub client: Client,
+    pub handlers: HandlerClient,
+    pub request_header: RequestHeaderConfig,
+    pub admission: AdmissionConfig,
+}
+
+/// What the TLS handshake established about the peer.
+#[derive(Clone, Copy, Debug)]
+pub struct Peer {
+    /// A client certificate chaining to the requestheader CA, with an allowed name.
+    pub front_proxy: bool,
+}
+
+type Body = Full<Bytes>;
+
+/// Why the server stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("binding {0}")]
+    Bind(SocketAddr, #[source] std::io::Error),
+}
+
+/// Serves until the process ends.
+pub async fn serve(
+    address: SocketAddr,
+    tls: Arc<rustls::ServerConfig>,
+    state: Arc<ServerState>,
+) -> Result<(), ServeError> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|e| ServeError::Bind(address, e))?;
+    log::info!("virt-api listening on https://{address}");
+    let acceptor = TlsAcceptor::from(tls);
+    loop {
+        let (stream, remote) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                log::warn!("accept: {e}");
+                continue;
+            }
+        };
+        let acceptor = acceptor.clone();
+        let state = state.clone();
+        tokio::spawn(async move {
+            let tls = match acceptor.accept(stream).await {
+                Ok(tls) => tls,
+                Err(e) => {
+                    log::debug!("TLS handshake with {remote}: {e}");
+                    return;
+                }
+            };
+            let common_name = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .and_then(|c| auth::certificate_common_name(c));
+            let peer = Peer {
+                front_proxy: common_name.is_some()
+                    && state.request_header.name_allowed(common_name.as_deref()),
+            };
+            let service = hyper::service::service_fn(move |request| {
+                let state = state.clone();
+                async move { Ok::<_, std::convert::Infallible>(handle(&state, peer, request).await) }
+            });
+            if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(tls), service)
+                .with_upgrades()
+                .await
+            {
+                log::debug!("connection from {remote}: {e}");
+            }
+        });
+    }
+}
+
+fn json_response(code: StatusCode, body: Vec<u8>) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = code;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+fn error_response(error: &ApiError) -> Response<Body> {
+    json_response(error.code, error.to_status_json())
+}
+
+async fn read_body(request: Request<Incoming>) -> Result<Bytes, ApiError> {
+    Limited::new(request.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))
+}
+
+/// Answers one request.
+pub async fn handle(state: &ServerState, peer: Peer, request: Request<Incoming>) -> Response<Body> {
+    let route = routes::route(request.method(), request.uri().path());
+    match dispatch(state, peer, route, request).await {
+        Ok(response) => response,
+        Err(error) => {
+            if error.code.is_server_error() {
+                log::warn!("{}", error.message);
+            }
+            error_response(&error)
+        }
+    }
+}
+
+async fn dispatch(
+    state: &ServerState,
+    peer: Peer,
+    route: Route,
+    request: Request<Incoming>,
+) -> Result<Response<Body>, ApiError> {
+    let proxied_only = || {
+        if peer.front_proxy {
+            Ok(())
+        } else {
+            Err(ApiError::unauthorized(
+                "virt-api serves subresources.kubevirt.io through kube-apiserver only: \
+                 no valid front-proxy client certificate",
+            ))
+        }
+    };
+    let to_json = |r: Result<Vec<u8>, serde_json::Error>| {
+        r.map(|b| json_response(StatusCode::OK, b))
+            .map_err(|e| ApiError::internal(e.to_string()))
+    };
+    match route {
+        Route::Mutate(resource) | Route::Validate(resource)
+            if request.method() != http::Method::POST =>
+        {
+            Err(ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                format!("admission webhook for {resource} takes POST"),
+            ))
+        }
+        Route::Mutate(resource) => admit(state, Webhook::Mutate, &resource, request).await,
+        Route::Validate(resource) => admit(state, Webhook::Validate, &resource, request).await,
+        Route::Healthz => Ok(json_response(StatusCode::OK, b"ok".to_vec())),
+        Route::ApiGroupList => {
+            proxied_only()?;
+            to_json(discovery::to_json(
+                "APIGroupList",
+                &discovery::api_group_list(),
+            ))
+        }
+        Route::ApiGroup => {
+            proxied_only()?;
+            to_json(discovery::to_json("APIGroup", &discovery::api_group()))
+        }
+        Route::ApiResourceList => {
+            proxied_only()?;
+            to_json(discovery::to_json(
+                "APIResourceList",
+                &discovery::api_resource_list(),
+            ))
+        }
+        Route::Version => {
+            proxied_only()?;
+            to_json(serde_json::to_vec(&crate::version_info()))
+        }
+        Route::NotFound => Err(ApiError::not_found(
+            "the server could not find the requested resource",
+        )),
+        Route::MethodNotAllowed => Err(ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method not allowed for this subresource",
+        )),
+        Route::Subresource(sub) => {
+            proxied_only()?;
+            let user = auth::user_from_headers(&state.request_header, request.headers())
+                .ok_or_else(|| ApiError::unauthorized("no user in the front-proxy headers"))?;
+            authorize(&state.client, &user, &sub).await?;
+            subresource(state, sub, request).await
+        }
+    }
+}
+
+async fn admit(
+    state: &ServerState,
+    webhook: Webhook,
+    resource: &str,
+    request: Request<Incoming>,
+) -> Result<Response<Body>, ApiError> {
+    let body = read_body(request).await?;
+    let answer = admission::review(webhook, resource, &body, &state.admission)
+        .map_err(|e| ApiError::bad_request(format!("{e}: {}", source_text(&e))))?;
+    Ok(json_response(StatusCode::OK, answer))
+}
+
+fn source_text(error: &dyn std::error::Error) -> String {
+    error.source().map(|s| s.to_string()).unwrap_or_default()
+}
+
+/// Asks kube-apiserver whether the user may call the subresource; 403 when not.
+pub async fn authorize(
+    client: &Client,
+    user: &User,
+    request: &SubresourceRequest,
+) -> Result<(), ApiError> {
+    let reviews: Api<SubjectAccessReview> = Api::all(client.clone());
+    let answer = reviews
+        .create(&PostParams::default(), &auth::access_review(user, request))
+        .await
+        .map_err(|e| ApiError::from_kube("SubjectAccessReview", e))?;
+    let status = answer.status.unwrap_or_default();
+    if status.allowed {
+        return Ok(());
+    }
+    Err(ApiError::forbidden(auth::denial_message(
+        user,
+        request,
+        status.reason.as_deref(),
+    )))
+}
+
+fn parse<T: Default + serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    options::parse_body(body).map_err(|e| ApiError::bad_request(format!("invalid body: {e}")))
+}
+
+fn accepted() -> Response<Body> {
+    json_response(StatusCode::ACCEPTED, Vec::new())
+}
+
+async fn subresource(
+    state: &ServerState,
+    sub: SubresourceRequest,
+    request: Request<Incoming>,
+) -> Result<Response<Body>, ApiError> {
+    let client = &state.client;
+    let (ns, name) = (sub.namespace.as_str(), sub.name.as_str());
+    match sub.subresource {
+        Subresource::Console => open_console(state, ns, name, request).await,
+        Subresource::GuestOsInfo => {
+            let vmi = vmi_actions::load(client, ns, name).await?;
+            let info = vmi_actions::guest_os_info(&vmi)?;
+            Ok(json_response(StatusCode::OK, info.to_string().into_bytes()))
+        }
+        Subresource::SoftReboot => {
+            let vmi = vmi_actions::load(client, ns, name).await?;
+            vmi_actions::soft_reboot(&vmi).map(|()| accepted())
+        }
+        Subresource::Pause | Subresource::Unpause | Subresource::Reset => {
+            let action = match sub.subresource {
+                Subresource::Pause => HandlerAction::Pause,
+                Subresource::Unpause => HandlerAction::Unpause,
+                _ => HandlerAction::Reset,
+            };
+            let body = read_body(request).await?;
+            let options: PauseOptions = parse(&body)?;
+            let vmi = vmi_actions::load(client, ns, name).await?;
+            vmi_actions::check_action(&vmi, action)?;
+            if !options::is_dry_run(&options.dry_run) {
+                state.handlers.act(&vmi, action).await?;
+            }
+            Ok(json_response(StatusCode::OK, Vec::new()))
+        }
+        Subresource::Start | Subresource::Stop | Subresource::Restart | Subresource::Migrate => {
+            let body = read_body(request).await?;
+            let (vm, vmi) = vm_actions::load(client, ns, name).await?;
+            match sub.subresource {
+                Subresource::Start => {
+                    let o: options::StartOptions = parse(&body)?;
+                    let change = vm_actions::plan_start(&vm, vmi.as_ref(), &o)?;
+                    vm_actions::apply(client, &vm, &change, &o.dry_run).await?;
+                }
+                Subresource::Stop => {
+                    let o: options::StopOptions = parse(&body)?;
+                    let change = vm_actions::plan_stop(&vm, vmi.as_ref(), &o)?;
+                    vm_actions::apply(client, &vm, &change, &o.dry_run).await?;
+                }
+                Subresource::Restart => {
+                    let o: options::RestartOptions = parse(&body)?;
+                    let change = vm_actions::plan_restart(&vm, vmi.as_ref(), &o)?;
+                    vm_actions::apply(client, &vm, &change, &o.dry_run).await?;
+                }
+                _ => {
+                    let o: options::MigrateOptions = parse(&body)?;
+                    let migration = vm_actions::plan_migration(&vm, vmi.as_ref(), &o)?;
+                    vm_actions::create_migration(client, &migration, &o.dry_run).await?;
+                }
+            }
+            Ok(accepted())
+        }
+    }
+}
+
+/// Checks the WebSocket handshake and the VMI, opens the console at the handler, answers 101
+/// and relays in the background.
+async fn open_console(
+    state: &ServerState,
+    namespace: &str,
+    name: &str,
+    mut request: Request<Incoming>,
+) -> Result<Response<Body>, ApiError> {
+    let headers = request.headers();
+    let is_websocket = headers
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    let key = headers
+        .get(header::SEC_WEBSOCKET_KEY)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let (true, Some(key)) = (is_websocket, key) else {
+        return Err(ApiError::bad_request(
+            "the console is a WebSocket: send Upgrade: websocket with Sec-WebSocket-Key",
+        ));
+    };
+    let offered: Vec<String> = headers
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(',').map(|p| p.trim().to_string()))
+        .collect();
+    let vmi = vmi_actions::load(&state.client, namespace, name).await?;
+    vmi_actions::check_console(&vmi)?;
+    let console = state.handlers.console(&vmi).await?;
+    let upgrade = hyper::upgrade::on(&mut request);
+    let label = format!("{namespace}/{name}");
+    tokio::spawn(async move {
+        match upgrade.await {
+            Ok(client) => {
+                let end = console::relay(TokioIo::new(client), TokioIo::new(console)).await;
+                log::info!("console of {label} closed: {end:?}");
+            }
+            Err(e) => log::warn!("console of {label}: upgrade failed: {e}"),
+        }
+    });
+    let mut response = Response::new(Full::new(Bytes::new()));
+    *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let h = response.headers_mut();
+    h.insert(
+        header::CONNECTION,
+        header::HeaderValue::from_static("Upgrade"),
+    );
+    h.insert(
+        header::UPGRADE,
+        header::HeaderValue::from_static("websocket"),
+    );
+    if let Ok(accept) = header::HeaderValue::from_str(&websocket::accept_key(&key)) {
+        h.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
+    }
+    if offered.iter().any(|p| p == websocket::PLAIN_PROTOCOL) {
+        h.insert(
+            header::SEC_WEBSOCKET_PROTOCOL,
+            header::HeaderValue::from_static(websocket::PLAIN_PROTOCOL),
+        );
+    }
+    Ok(response)
+}
