@@ -1,3 +1,12 @@
 //! virtctl: start, stop, restart, pause, unpause, console, migrate, guestosinfo, version.
-//! Not written yet (issue "virt-api and virtctl").
+//!
+//! Every command except `console` and `version` is one PUT or GET to a subresource of
+//! `subresources.kubevirt.io/v1` through kube-apiserver, which proxies it to virt-api
+//! ([`cli::plan`] builds it; [`client`] sends it). `console` opens a WebSocket to the VMI's
+//! console subresource and puts the terminal in raw mode ([`console`], [`terminal`]).
 #![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod client;
+pub mod console;
+pub mod terminal;

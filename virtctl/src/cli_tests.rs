@@ -1,0 +1,84 @@
+use super::*;
+
+fn parse(args: &[&str]) -> Cli {
+    Cli::try_parse_from(std::iter::once("virtctl").chain(args.iter().copied())).unwrap()
+}
+
+fn call(args: &[&str]) -> ApiCall {
+    let cli = parse(args);
+    plan(&cli.command, cli.namespace.as_deref().unwrap_or("default"))
+        .unwrap()
+        .unwrap()
+}
+
+fn body(call: &ApiCall) -> serde_json::Value {
+    serde_json::from_slice(&call.body).unwrap()
+}
+
+#[test]
+fn start_with_namespace_flag_anywhere() {
+    let c = call(&["start", "testvm", "-n", "ns1"]);
+    assert_eq!(c.method, Method::PUT);
+    assert_eq!(
+        c.path,
+        "/apis/subresources.kubevirt.io/v1/namespaces/ns1/virtualmachines/testvm/start"
+    );
+    assert_eq!(body(&c), serde_json::json!({}));
+    assert_eq!(
+        c.success.as_deref(),
+        Some("VM testvm was scheduled to start")
+    );
+    let c = call(&["--namespace", "ns2", "start", "--paused", "testvm"]);
+    assert!(c.path.contains("/namespaces/ns2/"));
+    assert_eq!(body(&c), serde_json::json!({"paused": true}));
+}
+
+#[test]
+fn stop_force_grace_period() {
+    let c = call(&["stop", "testvm", "--force", "--grace-period", "0"]);
+    assert_eq!(body(&c), serde_json::json!({"gracePeriod": 0}));
+    let cli = parse(&["stop", "testvm", "--grace-period", "5"]);
+    assert_eq!(
+        plan(&cli.command, "default"),
+        Err(UsageError::GracePeriodWithoutForce)
+    );
+    let cli = parse(&["stop", "testvm", "--force"]);
+    assert_eq!(
+        plan(&cli.command, "default"),
+        Err(UsageError::ForceWithoutGracePeriod)
+    );
+    let c = call(&["stop", "testvm", "--dry-run"]);
+    assert_eq!(body(&c), serde_json::json!({"dryRun": ["All"]}));
+}
+
+#[test]
+fn restart_pause_unpause_migrate() {
+    let c = call(&["restart", "vm1", "--force", "--grace-period", "3"]);
+    assert!(c.path.ends_with("/virtualmachines/vm1/restart"));
+    assert_eq!(body(&c), serde_json::json!({"gracePeriodSeconds": 3}));
+    let c = call(&["pause", "vmi", "vm1"]);
+    assert!(c.path.ends_with("/virtualmachineinstances/vm1/pause"));
+    assert_eq!(c.success.as_deref(), Some("VMI vm1 was scheduled to pause"));
+    let c = call(&["pause", "vm", "vm1"]);
+    assert!(c.path.ends_with("/virtualmachineinstances/vm1/pause"));
+    let c = call(&["unpause", "vmi", "vm1"]);
+    assert!(c.path.ends_with("/virtualmachineinstances/vm1/unpause"));
+    assert_eq!(
+        c.success.as_deref(),
+        Some("VMI vm1 was scheduled to unpause")
+    );
+    let c = call(&["migrate", "vm1"]);
+    assert!(c.path.ends_with("/virtualmachines/vm1/migrate"));
+    let c = call(&["guestosinfo", "vm1"]);
+    assert_eq!(c.method, Method::GET);
+    assert!(c.path.ends_with("/virtualmachineinstances/vm1/guestosinfo"));
+}
+
+#[test]
+fn console_and_version_are_not_single_calls() {
+    let cli = parse(&["console", "vm1", "--kubeconfig", "/tmp/kc"]);
+    assert_eq!(cli.kubeconfig, Some(PathBuf::from("/tmp/kc")));
+    assert_eq!(plan(&cli.command, "default"), Ok(None));
+    assert!(Cli::try_parse_from(["virtctl", "pause", "pod", "x"]).is_err());
+    assert!(Cli::try_parse_from(["virtctl", "start"]).is_err());
+}

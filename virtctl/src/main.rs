@@ -1,0 +1,82 @@
+//! virtctl's entry point: parse, run one command, exit 0 on success and 1 with the error on
+//! stderr otherwise (as KubeVirt's virtctl does).
+#![forbid(unsafe_code)]
+
+use std::time::Duration;
+
+use clap::Parser;
+use virtctl::cli::{plan, Cli, Command};
+use virtctl::client::{self, CallError};
+use virtctl::console::{self, SessionEnd};
+
+async fn run(cli: Cli) -> Result<(), String> {
+    let streaming = matches!(cli.command, Command::Console { .. });
+    let config = client::config(cli.kubeconfig.as_deref(), streaming)
+        .await
+        .map_err(|e| e.to_string())?;
+    let namespace = cli
+        .namespace
+        .clone()
+        .unwrap_or_else(|| config.default_namespace.clone());
+    let kube = client::client(config).map_err(|e| e.to_string())?;
+    match &cli.command {
+        Command::Console { name, timeout } => {
+            let end = console::run(&kube, &namespace, name, Duration::from_secs(timeout * 60))
+                .await
+                .map_err(|e| e.to_string())?;
+            match end {
+                SessionEnd::Escape => Ok(()),
+                SessionEnd::Disconnected => Err("websocket: close 1006 (abnormal closure)".into()),
+            }
+        }
+        Command::Version => {
+            println!(
+                "Client Version: version.Info{{GitVersion:\"v{}\", Compiler:\"rustc\", Platform:\"{}/{}\"}}",
+                env!("CARGO_PKG_VERSION"),
+                std::env::consts::OS,
+                std::env::consts::ARCH
+            );
+            let call = virtctl::cli::ApiCall {
+                method: http::Method::GET,
+                path: "/apis/subresources.kubevirt.io/v1/version".into(),
+                body: Vec::new(),
+                success: None,
+                failure: "Could not get server version:".into(),
+            };
+            let body = client::send(&kube, &call)
+                .await
+                .map_err(|e| format!("{} {e}", call.failure))?;
+            let info: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+            println!(
+                "Server Version: version.Info{{GitVersion:{}, GitCommit:{}, Compiler:{}, Platform:{}}}",
+                info["gitVersion"], info["gitCommit"], info["compiler"], info["platform"]
+            );
+            Ok(())
+        }
+        command => {
+            let call = plan(command, &namespace)
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "nothing to do".to_string())?;
+            match client::send(&kube, &call).await {
+                Ok(body) => {
+                    match &call.success {
+                        Some(message) => println!("{message}"),
+                        None => println!("{body}"),
+                    }
+                    Ok(())
+                }
+                Err(CallError::Server(message)) => Err(format!("{} {message}", call.failure)),
+                Err(e) => Err(format!("{} {e}", call.failure)),
+            }
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let cli = Cli::parse();
+    if let Err(message) = run(cli).await {
+        eprintln!("{message}");
+        std::process::exit(1);
+    }
+}
