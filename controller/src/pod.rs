@@ -19,8 +19,8 @@ use api::quantity;
 use api::VirtualMachineInstance;
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, EmptyDirVolumeSource, HostPathVolumeSource,
-    PersistentVolumeClaimVolumeSource, Pod, PodSpec, ResourceRequirements, SecurityContext, Volume,
-    VolumeMount,
+    PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec, ResourceRequirements,
+    SecurityContext, Sysctl, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -258,6 +258,15 @@ pub fn render_launcher_pod(
             priority_class_name: vmi.spec.priority_class_name.clone(),
             hostname: Some(vmi.spec.hostname.clone().unwrap_or_else(|| name.clone())),
             subdomain: vmi.spec.subdomain.clone(),
+            // The masquerade binding forwards between the tap and eth0 in the Pod's own network
+            // namespace (the kubelet must allow this sysctl: allowedUnsafeSysctls).
+            security_context: Some(PodSecurityContext {
+                sysctls: Some(vec![Sysctl {
+                    name: "net.ipv4.ip_forward".into(),
+                    value: "1".into(),
+                }]),
+                ..PodSecurityContext::default()
+            }),
             automount_service_account_token: Some(false),
             enable_service_links: Some(false),
             ..PodSpec::default()
