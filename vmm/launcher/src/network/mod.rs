@@ -223,10 +223,23 @@ pub struct PodNetwork {
     _dhcp: dhcp::DhcpServer,
 }
 
+/// Turns IPv4 forwarding on in this network namespace. In a Pod `/proc/sys` is read-only and the
+/// Pod's `net.ipv4.ip_forward` sysctl has already done it: that is fine too.
+fn enable_forwarding() -> Result<(), NetworkError> {
+    const PATH: &str = "/proc/sys/net/ipv4/ip_forward";
+    match std::fs::write(PATH, "1") {
+        Ok(()) => Ok(()),
+        Err(e) => match std::fs::read_to_string(PATH) {
+            Ok(value) if value.trim() == "1" => Ok(()),
+            _ => Err(NetworkError::Forwarding(e)),
+        },
+    }
+}
+
 /// Sets up masquerade for the VMI in the current network namespace.
 pub fn setup(vmi: &VirtualMachineInstance, tap: &str) -> Result<PodNetwork, NetworkError> {
     let plan = MasqueradePlan::for_vmi(vmi, tap)?;
-    std::fs::write("/proc/sys/net/ipv4/ip_forward", "1").map_err(NetworkError::Forwarding)?;
+    enable_forwarding()?;
     for command in setup_commands(&plan) {
         run(&command)?;
     }
