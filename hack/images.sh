@@ -7,10 +7,11 @@
 #                                             genisoimage and qemu-img for disks, a static busybox,
 #                                             the default guest kernel and initramfs, and the binary
 # (The guest-images containerDisks are pushed by tests/cluster/cluster.sh up.)
-# Usage: hack/images.sh [TAG]          (default tag: devel; the cluster must be up)
+# The tag is `devel-` and a hash of the binaries and the launcher's base, so that nodes never run a
+# stale image under a reused tag; the last line printed is the tag.
+# Usage: hack/images.sh                 (the cluster must be up)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-TAG=${1:-devel}
 CACHE=/var/cache/ferrovirt
 CLUSTER=tests/cluster/cluster.sh
 TARGET=${CARGO_TARGET_DIR:-$PWD/target}/release
@@ -22,16 +23,11 @@ die() { log "error: $*"; exit 1; }
 [[ -d $GUEST ]] || die "no guest images in $GUEST: run guest-images/build.sh"
 
 log "building release binaries"
-cargo build --release --locked -p controller -p handler -p launcher --bins
-virt_api=()
-if cargo metadata --no-deps --format-version 1 | grep -q '"name":"virt-api"'; then
-  cargo build --release --locked -p virt-api --bin virt-api
-  virt_api=(virt-api)
-fi
+cargo build --release --locked -p controller -p handler -p launcher -p virt-api -p operator -p virtctl --bins >&2
 
 # A small image: one binary at /usr/bin/NAME with the libraries it loads.
 small_image() {
-  "$CLUSTER" build-binary-image "registry:5000/ferrovirt/$1:$TAG" "$TARGET/$1"
+  "$CLUSTER" build-binary-image "registry:5000/ferrovirt/$1:$TAG" "$TARGET/$1" >&2
 }
 
 launcher_packages=(qemu-system-x86 qemu-utils iproute2 iptables genisoimage dosfstools mtools busybox-static e2fsprogs)
@@ -61,20 +57,21 @@ launcher_image() {
   base=$(launcher_base)
   root=$(mktemp -d)
   cp -a "$base/." "$root/"
-  ln -sf /bin/busybox "$root/bin/busybox" 2>/dev/null || true
   mkdir -p "$root/usr/share/ferrovirt"
   cp "$TARGET/virt-launcher" "$root/usr/bin/virt-launcher"
   cp -L "$GUEST/vmlinux" "$root/usr/share/ferrovirt/vmlinux"
   if [[ -e $GUEST/initramfs.cpio.gz ]]; then
     cp -L "$GUEST/initramfs.cpio.gz" "$root/usr/share/ferrovirt/initramfs.cpio.gz"
   fi
-  "$CLUSTER" build-image "$root" "registry:5000/ferrovirt/virt-launcher:$TAG" /usr/bin/virt-launcher
+  "$CLUSTER" build-image "$root" "registry:5000/ferrovirt/virt-launcher:$TAG" /usr/bin/virt-launcher >&2
   rm -rf "$root"
 }
 
-for name in virt-controller virt-handler "${virt_api[@]}"; do
+TAG=devel-$(cat "$TARGET"/virt-{controller,handler,api,launcher} "$0" "$GUEST/SHA256SUMS" | sha256sum | cut -c1-12)
+for name in virt-controller virt-handler virt-api; do
   small_image "$name"
 done
 launcher_image
 
 log "images pushed with tag $TAG"
+echo "$TAG"

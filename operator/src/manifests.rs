@@ -8,6 +8,11 @@
 
 use serde_json::{json, Value};
 
+/// The Secret with the token virt-api presents to virt-handler (`token`).
+pub const HANDLER_TOKEN_SECRET: &str = "kubevirt-virt-handler-token";
+/// Port of virt-handler's console, pause and reset server.
+pub const HANDLER_PORT: i32 = 8186;
+
 /// What to install and from where.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InstallConfig {
@@ -210,14 +215,19 @@ fn handler_daemonset(cfg: &InstallConfig) -> Value {
                         // node's devices and directories.
                         "securityContext": {"privileged": true},
                         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
+                        // virt-api reaches the console, pause and reset server here.
+                        "ports": [{"name": "subresources", "containerPort": HANDLER_PORT}],
                         "volumeMounts": [
                             {"name": "kubevirt-run", "mountPath": "/var/run/kubevirt"},
                             {"name": "device-plugins", "mountPath": "/var/lib/kubelet/device-plugins"},
+                            {"name": "handler-token", "mountPath": "/etc/virt-handler/handler-token", "readOnly": true},
                         ],
                     }],
                     "volumes": [
                         {"name": "kubevirt-run", "hostPath": {"path": "/var/run/kubevirt", "type": "DirectoryOrCreate"}},
                         {"name": "device-plugins", "hostPath": {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"}},
+                        // The token virt-api presents; the Secret is made at install time.
+                        {"name": "handler-token", "secret": {"secretName": HANDLER_TOKEN_SECRET}},
                     ],
                 },
             },
