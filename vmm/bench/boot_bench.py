@@ -117,14 +117,14 @@ def main():
     root = os.path.abspath(os.path.join(here, "..", ".."))
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--vmm", default=os.path.join(root, "target", "release", "vmm"))
-    p.add_argument("--guest", default="/var/cache/ferrovirt/test-guests/serial.elf")
+    p.add_argument("--guest", default="/var/cache/ferrovirt/guest-images/current/test-guests/serial.elf")
     p.add_argument("--runs", type=int, default=11)
     p.add_argument("--memory", type=int, default=64, help="guest memory, MiB")
     a = p.parse_args()
     if not os.path.exists("/usr/bin/time"):
         sys.exit("missing /usr/bin/time (GNU time): apt-get install -y time")
     for path, how in [(a.vmm, "cargo build -p vmm --release"),
-                      (a.guest, "guest-images/test-guests/build.sh /var/cache/ferrovirt/test-guests")]:
+                      (a.guest, "guest-images/build.sh")]:
         if not os.path.exists(path):
             sys.exit(f"missing {path}: build it with `{how}`")
     print(f"guest {a.guest}, {a.memory} MiB, median of {a.runs} runs, this host's /dev/kvm")

@@ -3,7 +3,7 @@
 # Usage: vmm/bench/run.sh [--runs N] [--guest PATH] ...
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
-guests=${FERROVIRT_TEST_GUESTS:-/var/cache/ferrovirt/test-guests}
+guests=${FERROVIRT_TEST_GUESTS:-/var/cache/ferrovirt/guest-images/current/test-guests}
 "$root/guest-images/test-guests/build.sh" "$guests" >/dev/null
 (cd "$root" && cargo build -p vmm --release --quiet)
 exec python3 "$root/vmm/bench/boot_bench.py" --vmm "$root/target/release/vmm" \

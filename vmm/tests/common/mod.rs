@@ -9,9 +9,9 @@ use vmm::config::{ConsoleConfig, MemoryConfig, PayloadConfig, VmConfig};
 use vmm::lifecycle::VmExit;
 use vmm::vmm::Vmm;
 
-/// Where `guest-images/test-guests/build.sh` puts the guests unless
+/// Where `guest-images/build.sh` puts the test guests unless
 /// `FERROVIRT_TEST_GUESTS` says otherwise.
-pub const DEFAULT_GUEST_DIR: &str = "/var/cache/ferrovirt/test-guests";
+pub const DEFAULT_GUEST_DIR: &str = "/var/cache/ferrovirt/guest-images/current/test-guests";
 /// How long a guest may take before a test gives up and reports its serial log.
 pub const GUEST_DEADLINE: Duration = Duration::from_secs(60);
 
@@ -31,10 +31,8 @@ pub fn guest(name: &str) -> PathBuf {
     let path = guest_dir().join(format!("{name}.elf"));
     assert!(
         path.exists(),
-        "test guest {} is missing: build the guests with \
-         `guest-images/test-guests/build.sh {}` (needs binutils)",
-        path.display(),
-        guest_dir().display()
+        "test guest {} is missing: build the guest images with `guest-images/build.sh`",
+        path.display()
     );
     path
 }
