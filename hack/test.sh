@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every Ferrovirt test on this machine, installing what the tests need first:
 #   1. the Debian packages and the guest images (cached under /var/cache/ferrovirt);
-#   2. format and lint checks;
+#   2. the KVM test guests on QEMU TCG, then format and lint checks;
 #   3. the local cluster with Ferrovirt installed and a VM running (hack/up.sh);
 #   4. cargo test for the whole workspace: unit, integration and end-to-end tests;
 #   5. the local cluster's own checks (tests/cluster/test.sh, which ends with down and up).
@@ -17,6 +17,9 @@ hack/install-deps.sh
 
 step "building guest images (cached)"
 guest-images/build.sh
+
+step "test guests on QEMU TCG (independent of Ferrovirt's VMM)"
+guest-images/test-guests/run-qemu.sh /var/cache/ferrovirt/guest-images/current/test-guests
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
