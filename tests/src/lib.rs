@@ -19,6 +19,15 @@ pub const NODES_DIR: &str = "/var/lib/ferrovirt-cluster/nodes";
 /// The ready marker of the project's tiny guest (guest-images/README.md).
 pub const GUEST_READY_MARKER: &str = "FERROVIRT-GUEST-READY";
 
+/// A client for the local cluster from its admin kubeconfig.
+async fn admin_client() -> Result<Client, String> {
+    let kubeconfig = Kubeconfig::read_from(KUBECONFIG).map_err(|e| e.to_string())?;
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    Client::try_from(config).map_err(|e| e.to_string())
+}
+
 /// A client for the local cluster. Panics with what to run when the cluster is not up or
 /// Ferrovirt is not installed.
 pub async fn client() -> Client {
@@ -27,11 +36,9 @@ pub async fn client() -> Client {
         Path::new(KUBECONFIG).exists(),
         "{missing} ({KUBECONFIG} does not exist)"
     );
-    let kubeconfig = Kubeconfig::read_from(KUBECONFIG).unwrap_or_else(|e| panic!("{missing}: {e}"));
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+    let client = admin_client()
         .await
         .unwrap_or_else(|e| panic!("{missing}: {e}"));
-    let client = Client::try_from(config).unwrap_or_else(|e| panic!("{missing}: {e}"));
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
         Api::all(client.clone());
     crds.get("virtualmachineinstances.kubevirt.io")
@@ -43,7 +50,6 @@ pub async fn client() -> Client {
 /// A namespace that is deleted when dropped, whatever the test's outcome.
 pub struct TestNamespace {
     pub name: String,
-    client: Client,
 }
 
 impl TestNamespace {
@@ -56,26 +62,26 @@ impl TestNamespace {
             .create(&PostParams::default(), &namespace)
             .await
             .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
-        TestNamespace {
-            name,
-            client: client.clone(),
-        }
+        TestNamespace { name }
     }
 }
 
 impl Drop for TestNamespace {
     fn drop(&mut self) {
-        let client = self.client.clone();
         let name = self.name.clone();
-        // Drop runs inside the test's runtime: delete from a thread with its own.
+        // Drop runs inside the test's runtime, which this thread blocks: delete from a thread
+        // with its own runtime and its own client (the test's client needs the test's runtime).
         let _ = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build();
             if let Ok(runtime) = runtime {
                 runtime.block_on(async {
-                    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client);
-                    let _ = namespaces.delete(&name, &DeleteParams::default()).await;
+                    if let Ok(client) = admin_client().await {
+                        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> =
+                            Api::all(client);
+                        let _ = namespaces.delete(&name, &DeleteParams::default()).await;
+                    }
                 });
             }
         })
