@@ -135,6 +135,8 @@ pub struct Run {
     /// Port and token of the fake virt-handler (see [`Run::fake_handler`]).
     pub handler_port: u16,
     pub handler_token: String,
+    /// The APIService of an installed virt-api, put back when the test ends.
+    installed_api_service: Option<Value>,
 }
 
 fn free_port() -> u16 {
@@ -156,15 +158,28 @@ impl Run {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let d = |name: &str| dir.path().join(name).to_string_lossy().into_owned();
 
-        // No APIService of an installed virt-api may be replaced.
+        // An installed virt-api's APIService is borrowed for the test and put back after it.
         let existing = cluster.kubectl(&["get", "apiservice", APISERVICE, "-o", "json"], None);
+        let mut installed_api_service = None;
         if existing.ok {
-            let v: Value = serde_json::from_str(&existing.stdout).unwrap_or_default();
-            assert!(
-                v["metadata"]["labels"][TEST_LABEL].is_string(),
-                "APIService {APISERVICE} exists and was not made by this test (an installed \
-                 virt-api?); this test registers its own: remove it or run on a cluster without it"
-            );
+            let mut v: Value = serde_json::from_str(&existing.stdout).unwrap_or_default();
+            if !v["metadata"]["labels"][TEST_LABEL].is_string() {
+                if let Some(meta) = v["metadata"].as_object_mut() {
+                    for field in [
+                        "resourceVersion",
+                        "uid",
+                        "creationTimestamp",
+                        "managedFields",
+                        "generation",
+                    ] {
+                        meta.remove(field);
+                    }
+                }
+                if let Some(object) = v.as_object_mut() {
+                    object.remove("status");
+                }
+                installed_api_service = Some(v);
+            }
         }
 
         // The kubevirt.io CRDs.
@@ -311,6 +326,7 @@ impl Run {
             ),
             handler_port,
             handler_token,
+            installed_api_service,
         };
         run.wait_healthy();
         run.register(&host_ip);
@@ -550,6 +566,16 @@ impl Drop for Run {
             "namespace",
             &self.namespace,
         ]);
+        if let Some(installed) = &self.installed_api_service {
+            let text = serde_json::to_vec(installed).unwrap_or_default();
+            run_command(
+                Command::new("kubectl")
+                    .arg("--kubeconfig")
+                    .arg(&self.cluster_kubeconfig)
+                    .args(["create", "-f", "-"]),
+                Some(&text),
+            );
+        }
         let _ = self.virt_api.kill();
         let _ = self.virt_api.wait();
     }
