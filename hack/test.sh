@@ -31,6 +31,8 @@ step "local cluster with Ferrovirt"
 hack/up.sh
 
 step "cargo test"
+# Some integration tests run other packages' binaries (virt-api's cluster test runs virtctl).
+cargo build --workspace --bins --locked
 cargo test --workspace --locked --no-fail-fast
 
 step "local cluster checks"
