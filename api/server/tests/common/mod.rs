@@ -137,6 +137,9 @@ pub struct Run {
     pub handler_token: String,
     /// The APIService of an installed virt-api, put back when the test ends.
     installed_api_service: Option<Value>,
+    /// Replicas of an installed virt-controller, scaled to 0 while the test's stand-in VMIs
+    /// exist (it would fail them: they have no launcher Pod) and scaled back after.
+    installed_controller_replicas: Option<String>,
 }
 
 fn free_port() -> u16 {
@@ -180,6 +183,57 @@ impl Run {
                 }
                 installed_api_service = Some(v);
             }
+        }
+
+        // An installed virt-controller would fail the stand-in VMIs (no launcher Pods): pause it.
+        let replicas = cluster.kubectl(
+            &[
+                "-n",
+                "kubevirt",
+                "get",
+                "deployment",
+                "virt-controller",
+                "-o",
+                "jsonpath={.spec.replicas}",
+            ],
+            None,
+        );
+        let installed_controller_replicas = replicas.ok.then(|| replicas.stdout.trim().to_string());
+        if installed_controller_replicas.is_some() {
+            let out = cluster.kubectl(
+                &[
+                    "-n",
+                    "kubevirt",
+                    "scale",
+                    "deployment",
+                    "virt-controller",
+                    "--replicas=0",
+                ],
+                None,
+            );
+            assert!(
+                out.ok,
+                "scaling the installed virt-controller to 0: {}",
+                out.stderr
+            );
+            let out = cluster.kubectl(
+                &[
+                    "-n",
+                    "kubevirt",
+                    "wait",
+                    "--for=delete",
+                    "pod",
+                    "-l",
+                    "kubevirt.io=virt-controller",
+                    "--timeout=90s",
+                ],
+                None,
+            );
+            assert!(
+                out.ok,
+                "the installed virt-controller did not stop: {}",
+                out.stderr
+            );
         }
 
         // The kubevirt.io CRDs.
@@ -327,6 +381,7 @@ impl Run {
             handler_port,
             handler_token,
             installed_api_service,
+            installed_controller_replicas,
         };
         run.wait_healthy();
         run.register(&host_ip);
@@ -566,6 +621,16 @@ impl Drop for Run {
             "namespace",
             &self.namespace,
         ]);
+        if let Some(replicas) = &self.installed_controller_replicas {
+            k(&[
+                "-n",
+                "kubevirt",
+                "scale",
+                "deployment",
+                "virt-controller",
+                &format!("--replicas={replicas}"),
+            ]);
+        }
         if let Some(installed) = &self.installed_api_service {
             let text = serde_json::to_vec(installed).unwrap_or_default();
             run_command(
