@@ -265,3 +265,43 @@ pub struct PhaseTransitionTimestamp {
     pub phase: VmiPhase,
     pub phase_transition_timestamp: Time,
 }
+
+/// Sets the phase and records when it changed (`status.phaseTransitionTimestamps`).
+pub fn set_phase(
+    status: &mut VirtualMachineInstanceStatus,
+    phase: VmiPhase,
+    now: k8s_openapi::jiff::Timestamp,
+) {
+    if status.phase == Some(phase) {
+        return;
+    }
+    status.phase = Some(phase);
+    status
+        .phase_transition_timestamps
+        .push(PhaseTransitionTimestamp {
+            phase,
+            phase_transition_timestamp: Time(now),
+        });
+}
+
+/// Replaces the condition of the same type, keeping its transition time when the status is the
+/// same.
+pub fn set_condition(status: &mut VirtualMachineInstanceStatus, mut new: Condition) {
+    match status.conditions.iter_mut().find(|c| c.type_ == new.type_) {
+        Some(old) => {
+            if old.status == new.status {
+                new.last_transition_time = old
+                    .last_transition_time
+                    .clone()
+                    .or(new.last_transition_time);
+            }
+            *old = new;
+        }
+        None => status.conditions.push(new),
+    }
+}
+
+/// Removes the condition of the given type.
+pub fn remove_condition(status: &mut VirtualMachineInstanceStatus, type_: &str) {
+    status.conditions.retain(|c| c.type_ != type_);
+}

@@ -8,10 +8,9 @@
 //! period on SIGTERM); the finalizer goes when no Pod is left.
 
 use api::condition::{self, Condition};
-use api::vmi::PhaseTransitionTimestamp;
+pub use api::vmi::{remove_condition, set_condition, set_phase};
 use api::{VirtualMachineInstance, VirtualMachineInstanceStatus, VmiPhase};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 /// The finalizer that keeps a VMI until its launcher Pods are gone.
@@ -194,41 +193,6 @@ fn follow_pod(status: &mut VirtualMachineInstanceStatus, pod: &Pod, now: Timesta
         _ if phase < VmiPhase::Scheduling => set_phase(status, VmiPhase::Scheduling, now),
         _ => {}
     }
-}
-
-/// Sets the phase and records when it changed.
-pub fn set_phase(status: &mut VirtualMachineInstanceStatus, phase: VmiPhase, now: Timestamp) {
-    if status.phase == Some(phase) {
-        return;
-    }
-    status.phase = Some(phase);
-    status
-        .phase_transition_timestamps
-        .push(PhaseTransitionTimestamp {
-            phase,
-            phase_transition_timestamp: Time(now),
-        });
-}
-
-/// Replaces the condition of the same type, keeping its transition time when the status is the
-/// same.
-pub fn set_condition(status: &mut VirtualMachineInstanceStatus, mut new: Condition) {
-    match status.conditions.iter_mut().find(|c| c.type_ == new.type_) {
-        Some(old) => {
-            if old.status == new.status {
-                new.last_transition_time = old
-                    .last_transition_time
-                    .clone()
-                    .or(new.last_transition_time);
-            }
-            *old = new;
-        }
-        None => status.conditions.push(new),
-    }
-}
-
-pub fn remove_condition(status: &mut VirtualMachineInstanceStatus, type_: &str) {
-    status.conditions.retain(|c| c.type_ != type_);
 }
 
 /// Whether a VMI is Ready (for printing and the VM status).

@@ -6,7 +6,7 @@
 //! launcher's reason.
 
 use api::condition::Condition;
-use api::vmi::VmiNetworkInterface;
+use api::vmi::{set_condition, set_phase, VmiNetworkInterface};
 use api::{VirtualMachineInstance, VirtualMachineInstanceStatus, VmiPhase};
 use k8s_openapi::jiff::Timestamp;
 use launcher::proto::v1::{Backend, Domain, DomainState};
@@ -106,31 +106,6 @@ fn interfaces(vmi: &VirtualMachineInstance, observed: &Observed) -> Vec<VmiNetwo
             queue_count: Some(1),
         })
         .collect()
-}
-
-fn set_phase(status: &mut VirtualMachineInstanceStatus, phase: VmiPhase, now: Timestamp) {
-    if status.phase == Some(phase) {
-        return;
-    }
-    status.phase = Some(phase);
-    status
-        .phase_transition_timestamps
-        .push(api::vmi::PhaseTransitionTimestamp {
-            phase,
-            phase_transition_timestamp: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
-        });
-}
-
-fn set_condition(status: &mut VirtualMachineInstanceStatus, mut new: Condition) {
-    match status.conditions.iter_mut().find(|c| c.type_ == new.type_) {
-        Some(old) => {
-            if old.status == new.status {
-                new.last_transition_time = old.last_transition_time.clone();
-            }
-            *old = new;
-        }
-        None => status.conditions.push(new),
-    }
 }
 
 #[cfg(test)]
