@@ -86,6 +86,7 @@ impl DomainInfo {
                 vmm_rss_bytes: stats.rss_bytes,
             }),
             console_socket: console_socket.to_string(),
+            migration: None,
         }
     }
 }

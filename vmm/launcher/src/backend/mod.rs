@@ -68,6 +68,47 @@ pub enum VmStatus {
     },
 }
 
+/// Where a migration stands, as the VMM reports it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MigrationProgress {
+    pub phase: MigrationPhase,
+    /// Why it failed (VMM's words).
+    pub error: String,
+    pub transferred_bytes: u64,
+    pub remaining_bytes: u64,
+    pub total_bytes: u64,
+    /// The VMM's own figures, once completed (source side).
+    pub total_ms: Option<u64>,
+    pub downtime_ms: Option<u64>,
+}
+
+/// Phases of a migration as the launcher reports them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MigrationPhase {
+    #[default]
+    Active,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl MigrationPhase {
+    pub fn is_final(self) -> bool {
+        self != MigrationPhase::Active
+    }
+}
+
+/// How an outgoing migration runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MigrationParams {
+    /// Bytes per second; 0: unlimited.
+    pub bandwidth_bytes_per_second: u64,
+    /// Longest switch-over pause; 0: the VMM's default.
+    pub max_downtime_ms: u64,
+    /// Send the writable disks with the stream.
+    pub block: bool,
+}
+
 /// Resource use of the VMM.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct VmmStats {
@@ -108,6 +149,27 @@ pub trait Backend: Send {
     /// The current status; notices a VMM that died.
     fn poll(&mut self) -> VmStatus;
     fn stats(&mut self) -> VmmStats;
+    /// Receiving side: accepts the migration stream on the unix socket `socket` (the VMM was
+    /// started waiting for one).
+    fn listen_incoming(&mut self, _socket: &std::path::Path) -> Result<(), BackendError> {
+        Err(BackendError::Unsupported("live migration"))
+    }
+    /// Sending side: starts sending the VM to the unix socket `socket`; returns at once.
+    fn start_migration(
+        &mut self,
+        _socket: &std::path::Path,
+        _params: &MigrationParams,
+    ) -> Result<(), BackendError> {
+        Err(BackendError::Unsupported("live migration"))
+    }
+    /// Where the current migration stands (either side); `None` when there is none.
+    fn migration(&mut self) -> Option<MigrationProgress> {
+        None
+    }
+    /// Aborts the outgoing migration.
+    fn cancel_migration(&mut self) -> Result<(), BackendError> {
+        Err(BackendError::Unsupported("live migration"))
+    }
 }
 
 /// Reads the CPU time (utime + stime, in ms) and RSS of a process from `/proc`.

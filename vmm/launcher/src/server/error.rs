@@ -40,6 +40,8 @@ pub enum SyncError {
     Boot(#[source] BackendError),
     #[error("this launcher already runs VMI {0:?}")]
     OtherVmi(String),
+    #[error("{0}")]
+    Migration(&'static str),
 }
 
 impl SyncError {
@@ -54,7 +56,7 @@ impl SyncError {
             | SyncError::Qemu(QemuStartError::QemuMissing)
             | SyncError::Qemu(QemuStartError::MissingFile(_)) => Code::FailedPrecondition,
             SyncError::Network(e) if e.is_precondition() => Code::FailedPrecondition,
-            SyncError::OtherVmi(_) => Code::FailedPrecondition,
+            SyncError::OtherVmi(_) | SyncError::Migration(_) => Code::FailedPrecondition,
             _ => Code::Internal,
         }
     }
@@ -71,12 +73,14 @@ pub enum OpError {
     Gone(String),
     #[error("backend")]
     Backend(#[from] BackendError),
+    #[error("{0}")]
+    Migration(String),
 }
 
 impl OpError {
     pub fn code(&self) -> Code {
         match self {
-            OpError::NoVm | OpError::Gone(_) => Code::FailedPrecondition,
+            OpError::NoVm | OpError::Gone(_) | OpError::Migration(_) => Code::FailedPrecondition,
             OpError::OtherVmi(..) => Code::NotFound,
             OpError::Backend(BackendError::Exited(_)) => Code::FailedPrecondition,
             OpError::Backend(BackendError::Unsupported(_)) => Code::Unimplemented,

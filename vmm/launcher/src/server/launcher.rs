@@ -20,7 +20,10 @@ use super::error::{OpError, SyncError};
 use super::notify::Notifier;
 use crate::backend::kvm::KvmVm;
 use crate::backend::qemu::QemuVm;
-use crate::backend::{choose, Backend, BackendChoice, BackendKind, VmStatus};
+use crate::backend::{
+    choose, Backend, BackendChoice, BackendKind, MigrationParams, MigrationPhase,
+    MigrationProgress, VmStatus,
+};
 use crate::console::ConsoleRelay;
 use crate::converter::{self, HostFacts};
 use crate::domain::{DomainInfo, DomainState, VmiRef};
@@ -32,6 +35,8 @@ use crate::volumes;
 pub const CONSOLE_SOCKET: &str = "console-sock";
 /// Name of the gRPC socket in the socket directory.
 pub const LAUNCHER_SOCKET: &str = "launcher-sock";
+/// Name of the socket, in the socket directory, where a migration target receives the stream.
+pub const MIGRATION_TARGET_SOCKET: &str = "migration-target-sock";
 
 /// How long the console relay waits for the VMM's serial socket.
 const CONSOLE_ATTACH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -75,6 +80,55 @@ impl Settings {
 struct Vm {
     info: DomainInfo,
     backend: Box<dyn Backend>,
+    /// Whether the VM has disks it writes to (they go with a migration).
+    writable_disks: bool,
+    migration: Option<MigrationTrack>,
+}
+
+/// The launcher's record of the VM's current or last migration.
+#[derive(Clone, Debug)]
+struct MigrationTrack {
+    target: bool,
+    block: bool,
+    started: Instant,
+    ended: Option<Instant>,
+    progress: MigrationProgress,
+}
+
+impl MigrationTrack {
+    fn new(target: bool, block: bool) -> Self {
+        MigrationTrack {
+            target,
+            block,
+            started: Instant::now(),
+            ended: None,
+            progress: MigrationProgress::default(),
+        }
+    }
+
+    fn to_proto(&self) -> v1::MigrationInfo {
+        let p = &self.progress;
+        let status = match p.phase {
+            MigrationPhase::Active => v1::MigrationStatus::Active,
+            MigrationPhase::Completed => v1::MigrationStatus::Completed,
+            MigrationPhase::Failed => v1::MigrationStatus::Failed,
+            MigrationPhase::Cancelled => v1::MigrationStatus::Cancelled,
+        };
+        let elapsed = self.ended.unwrap_or_else(Instant::now) - self.started;
+        v1::MigrationInfo {
+            status: status.into(),
+            target: self.target,
+            error: p.error.clone(),
+            transferred_bytes: p.transferred_bytes,
+            remaining_bytes: p.remaining_bytes,
+            total_bytes: p.total_bytes,
+            total_ms: p
+                .total_ms
+                .unwrap_or_else(|| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)),
+            downtime_ms: p.downtime_ms.unwrap_or(0),
+            block: self.block,
+        }
+    }
 }
 
 /// The launcher: settings, the console relay, the VM once there is one.
@@ -106,7 +160,9 @@ impl Launcher {
 
     fn domain(&self, vm: &mut Vm) -> v1::Domain {
         let stats = vm.backend.stats();
-        vm.info.to_proto(&stats, CONSOLE_SOCKET)
+        let mut domain = vm.info.to_proto(&stats, CONSOLE_SOCKET);
+        domain.migration = vm.migration.as_ref().map(MigrationTrack::to_proto);
+        domain
     }
 
     /// Records a state (and reason); pushes an event when something changed.
@@ -133,6 +189,25 @@ impl Launcher {
         &self,
         vmi_json: &[u8],
         options: &v1::SyncOptions,
+    ) -> Result<v1::Domain, SyncError> {
+        self.create_vm(vmi_json, options, false)
+    }
+
+    /// Creates the VM of the VMI waiting for an incoming migration on
+    /// [`MIGRATION_TARGET_SOCKET`].
+    pub fn prepare_migration_target(
+        &self,
+        vmi_json: &[u8],
+        options: &v1::SyncOptions,
+    ) -> Result<v1::Domain, SyncError> {
+        self.create_vm(vmi_json, options, true)
+    }
+
+    fn create_vm(
+        &self,
+        vmi_json: &[u8],
+        options: &v1::SyncOptions,
+        incoming: bool,
     ) -> Result<v1::Domain, SyncError> {
         let vmi = converter::admit_vmi(vmi_json)?;
         if !options.notify_socket.is_empty() {
@@ -164,6 +239,11 @@ impl Launcher {
                 ),
             };
         }
+        if incoming && choice.kind != BackendKind::QemuTcg {
+            return Err(SyncError::Migration(
+                "the KVM backend cannot receive a live migration yet",
+            ));
+        }
         let facts = self.settings.host_facts(kvm == KvmCapability::Hardware);
         let config = converter::convert(&vmi, &facts)?;
         check_sockets(&config, &facts)?;
@@ -193,7 +273,7 @@ impl Launcher {
             }
             _ => None,
         };
-        let mut backend = start_backend(choice.kind, &config, &self.settings.run_dir)?;
+        let mut backend = start_backend(choice.kind, &config, &self.settings.run_dir, incoming)?;
         match (early_attach, &serial) {
             (Some(attaching), _) => match attaching.join() {
                 Ok(result) => result?,
@@ -203,7 +283,15 @@ impl Launcher {
             (None, None) => {}
         }
         let paused = vmi.spec.start_strategy.as_deref() == Some("Paused");
-        let (state, reason) = if paused {
+        let writable_disks = config.disks.iter().any(|d| !d.readonly);
+        let mut migration = None;
+        let (state, reason) = if incoming {
+            let socket = self.settings.socket_dir.join(MIGRATION_TARGET_SOCKET);
+            check_socket_path(&socket).map_err(SyncError::SocketPath)?;
+            backend.listen_incoming(&socket).map_err(SyncError::Boot)?;
+            migration = Some(MigrationTrack::new(true, writable_disks));
+            (DomainState::Paused, "waiting for the incoming migration")
+        } else if paused {
             backend.pause().map_err(SyncError::Boot)?;
             (
                 DomainState::Paused,
@@ -228,6 +316,8 @@ impl Launcher {
                     .unwrap_or(api::defaults::DEFAULT_GRACE_PERIOD_SECONDS),
             },
             backend,
+            writable_disks,
+            migration,
         };
         self.set_state(&mut vm, state, reason);
         let domain = self.domain(&mut vm);
@@ -327,6 +417,52 @@ impl Launcher {
         }
     }
 
+    /// Starts sending the VM to the unix socket `socket` (the handler's end of the stream).
+    pub fn migrate(&self, request: &v1::MigrateRequest) -> Result<v1::Domain, OpError> {
+        let socket = PathBuf::from(&request.socket);
+        check_socket_path(&socket).map_err(OpError::Migration)?;
+        self.with_vm(&request.vmi, |this, vm| {
+            Self::require_live(vm)?;
+            if vm
+                .migration
+                .as_ref()
+                .is_some_and(|m| m.target || !m.progress.phase.is_final())
+            {
+                return Err(OpError::Migration(
+                    "a migration of this VM is already under way".into(),
+                ));
+            }
+            let params = MigrationParams {
+                bandwidth_bytes_per_second: request.bandwidth_bytes_per_second,
+                max_downtime_ms: request.max_downtime_ms,
+                block: vm.writable_disks,
+            };
+            vm.backend.start_migration(&socket, &params)?;
+            log::info!(
+                "migrating {} to {} (block migration: {})",
+                vm.info.vmi.name,
+                socket.display(),
+                params.block
+            );
+            vm.migration = Some(MigrationTrack::new(false, params.block));
+            Ok(this.domain(vm))
+        })
+    }
+
+    /// Aborts the outgoing migration; the VM keeps running here.
+    pub fn cancel_migration(&self, vmi: &str) -> Result<v1::Domain, OpError> {
+        self.with_vm(vmi, |this, vm| {
+            match &vm.migration {
+                Some(m) if !m.target && !m.progress.phase.is_final() => {
+                    vm.backend.cancel_migration()?;
+                }
+                _ => return Err(OpError::Migration("no outgoing migration to cancel".into())),
+            }
+            this.poll_vm(vm);
+            Ok(this.domain(vm))
+        })
+    }
+
     /// The domain, if there is a VM.
     pub fn get_domain(&self) -> Option<v1::Domain> {
         let mut slot = self.lock();
@@ -359,6 +495,14 @@ impl Launcher {
         if vm.info.state.is_final() {
             return;
         }
+        self.poll_migration(vm);
+        if vm.info.state.is_final() {
+            return;
+        }
+        let migrating = vm
+            .migration
+            .as_ref()
+            .is_some_and(|m| !m.progress.phase.is_final());
         match vm.backend.poll() {
             VmStatus::Exited { reason, crashed } => {
                 let state = if crashed {
@@ -368,6 +512,8 @@ impl Launcher {
                 };
                 self.set_state(vm, state, &reason);
             }
+            // The source pauses at the switch-over, the target until the stream ends.
+            VmStatus::Paused if migrating => {}
             VmStatus::Paused if vm.info.state == DomainState::Running => {
                 self.set_state(vm, DomainState::Paused, "paused by the VMM");
             }
@@ -375,6 +521,65 @@ impl Launcher {
                 self.set_state(vm, DomainState::Running, "resumed by the VMM");
             }
             _ => {}
+        }
+    }
+}
+
+impl Launcher {
+    /// Follows a migration under way; at its end: the target runs the VM (or fails), the
+    /// source stops its copy (or, when it failed, keeps running).
+    fn poll_migration(&self, vm: &mut Vm) {
+        let Some(track) = vm.migration.as_mut() else {
+            return;
+        };
+        if track.progress.phase.is_final() {
+            return;
+        }
+        let Some(progress) = vm.backend.migration() else {
+            return;
+        };
+        track.progress = progress.clone();
+        if !progress.phase.is_final() {
+            return;
+        }
+        track.ended = Some(Instant::now());
+        let target = track.target;
+        log::info!(
+            "migration ({}) ended: {:?} {}",
+            if target { "incoming" } else { "outgoing" },
+            progress.phase,
+            progress.error
+        );
+        match (target, progress.phase) {
+            (true, MigrationPhase::Completed) => match vm.backend.resume() {
+                Ok(()) => {
+                    vm.info.started = Instant::now();
+                    self.set_state(vm, DomainState::Running, "migrated in");
+                }
+                Err(e) => {
+                    let reason = format!("cannot run the migrated VM: {e}");
+                    let _ = vm.backend.kill(&reason);
+                    self.set_state(vm, DomainState::Crashed, &reason);
+                }
+            },
+            (true, _) => {
+                let reason = format!("the incoming migration failed: {}", progress.error);
+                let _ = vm.backend.kill(&reason);
+                self.set_state(vm, DomainState::Crashed, &reason);
+            }
+            (false, MigrationPhase::Completed) => {
+                let reason = "migrated to the target";
+                if let Err(e) = vm.backend.kill(reason) {
+                    log::warn!("cannot stop the migrated VM: {e}");
+                }
+                self.set_state(vm, DomainState::Shutoff, reason);
+            }
+            (false, _) => {
+                // QEMU runs the VM again by itself after a failed or cancelled migration.
+                let _ = vm.backend.resume();
+                let reason = format!("the migration failed, the VM runs here: {}", progress.error);
+                self.set_state(vm, DomainState::Running, &reason);
+            }
         }
     }
 }
@@ -406,8 +611,10 @@ fn start_backend(
     kind: BackendKind,
     config: &VmConfig,
     run_dir: &std::path::Path,
+    incoming: bool,
 ) -> Result<Box<dyn Backend>, SyncError> {
     match kind {
+        BackendKind::QemuTcg if incoming => Ok(Box::new(QemuVm::start_incoming(config, run_dir)?)),
         BackendKind::QemuTcg => Ok(Box::new(QemuVm::start(config, run_dir)?)),
         BackendKind::Kvm => {
             std::fs::create_dir_all(run_dir)

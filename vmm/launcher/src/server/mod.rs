@@ -180,6 +180,58 @@ impl v1::launcher_server::Launcher for LauncherService {
         .await
     }
 
+    async fn prepare_migration_target(
+        &self,
+        request: Request<v1::SyncVmiRequest>,
+    ) -> Result<Response<v1::DomainResponse>, Status> {
+        let launcher = Arc::clone(&self.launcher);
+        let request = request.into_inner();
+        blocking(move || {
+            let options = request.options.unwrap_or_default();
+            launcher
+                .prepare_migration_target(&request.vmi_json, &options)
+                .map(domain_response)
+                .map_err(|e| {
+                    log::warn!("PrepareMigrationTarget: {}", error::chain(&e));
+                    Status::from(e)
+                })
+        })
+        .await
+    }
+
+    async fn migrate(
+        &self,
+        request: Request<v1::MigrateRequest>,
+    ) -> Result<Response<v1::DomainResponse>, Status> {
+        let launcher = Arc::clone(&self.launcher);
+        let request = request.into_inner();
+        blocking(move || {
+            launcher
+                .migrate(&request)
+                .map(domain_response)
+                .map_err(|e| {
+                    log::warn!("Migrate: {}", error::chain(&e));
+                    Status::from(e)
+                })
+        })
+        .await
+    }
+
+    async fn cancel_migration(
+        &self,
+        request: Request<v1::VmiRequest>,
+    ) -> Result<Response<v1::DomainResponse>, Status> {
+        let launcher = Arc::clone(&self.launcher);
+        let vmi = request.into_inner().vmi;
+        blocking(move || {
+            launcher
+                .cancel_migration(&vmi)
+                .map(domain_response)
+                .map_err(Status::from)
+        })
+        .await
+    }
+
     async fn ping(
         &self,
         _: Request<v1::PingRequest>,

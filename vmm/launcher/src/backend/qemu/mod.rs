@@ -32,7 +32,8 @@ use vmm::config::VmConfig;
 
 use super::qmp::{Qmp, QmpError};
 use super::{
-    process_stats, Backend, BackendError, BackendKind, VmStatus, VmmStats, CONTROL_TIMEOUT,
+    process_stats, Backend, BackendError, BackendKind, MigrationParams, MigrationPhase,
+    MigrationProgress, VmStatus, VmmStats, CONTROL_TIMEOUT,
 };
 
 /// The QEMU binary (Debian package `qemu-system-x86`).
@@ -79,6 +80,8 @@ pub struct QemuVm {
     guest_rebooted: bool,
     panicked: bool,
     exited: Option<(String, bool)>,
+    /// The migration under way or last done: its progress, kept once final.
+    migrating: Option<MigrationProgress>,
 }
 
 /// Looks `program` up in `PATH`.
@@ -112,6 +115,20 @@ pub fn host_tsc_khz(cpuinfo: &str) -> Option<u64> {
 impl QemuVm {
     /// Starts QEMU for `config` with its vCPUs stopped; QEMU's sockets go to `run_dir`.
     pub fn start(config: &VmConfig, run_dir: &Path) -> Result<QemuVm, QemuStartError> {
+        Self::start_with(config, run_dir, false)
+    }
+
+    /// Starts QEMU for `config` waiting for an incoming migration (`-incoming defer`: the
+    /// stream's socket is named later, by [`Backend::listen_incoming`]).
+    pub fn start_incoming(config: &VmConfig, run_dir: &Path) -> Result<QemuVm, QemuStartError> {
+        Self::start_with(config, run_dir, true)
+    }
+
+    fn start_with(
+        config: &VmConfig,
+        run_dir: &Path,
+        incoming: bool,
+    ) -> Result<QemuVm, QemuStartError> {
         let qemu = find_in_path(QEMU_BINARY).ok_or(QemuStartError::QemuMissing)?;
         super::check_files(config).map_err(QemuStartError::MissingFile)?;
         std::fs::create_dir_all(run_dir).map_err(|e| QemuStartError::RunDir(run_dir.into(), e))?;
@@ -123,7 +140,10 @@ impl QemuVm {
             let _ = std::fs::remove_file(path);
         }
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        let arguments = args::qemu_args(config, &paths, host_tsc_khz(&cpuinfo))?;
+        let mut arguments = args::qemu_args(config, &paths, host_tsc_khz(&cpuinfo))?;
+        if incoming {
+            arguments.extend(["-incoming".to_string(), "defer".to_string()]);
+        }
         log::info!("starting {} {}", qemu.display(), arguments.join(" "));
         let mut child = Command::new(&qemu)
             .args(&arguments)
@@ -151,6 +171,7 @@ impl QemuVm {
                 guest_rebooted: false,
                 panicked: false,
                 exited: None,
+                migrating: None,
             }),
             Err(e) => {
                 let _ = child.kill();
@@ -365,6 +386,89 @@ impl Backend for QemuVm {
         }
         process_stats(self.child.id())
     }
+
+    fn listen_incoming(&mut self, socket: &Path) -> Result<(), BackendError> {
+        let _ = std::fs::remove_file(socket);
+        self.execute(
+            "migrate-incoming",
+            Some(json!({ "uri": format!("unix:{}", socket.display()) })),
+        )?;
+        self.migrating = Some(MigrationProgress::default());
+        Ok(())
+    }
+
+    fn start_migration(
+        &mut self,
+        socket: &Path,
+        params: &MigrationParams,
+    ) -> Result<(), BackendError> {
+        let capabilities = json!({ "capabilities": [
+            { "capability": "block", "state": params.block },
+            { "capability": "zero-blocks", "state": params.block },
+            { "capability": "events", "state": true },
+        ]});
+        self.execute("migrate-set-capabilities", Some(capabilities))?;
+        let mut parameters = serde_json::Map::new();
+        // QEMU's default is 32 MiB/s; unlimited means as fast as the stream goes.
+        let bandwidth = match params.bandwidth_bytes_per_second {
+            0 => u64::from(u32::MAX),
+            n => n,
+        };
+        parameters.insert("max-bandwidth".into(), json!(bandwidth));
+        if params.max_downtime_ms > 0 {
+            parameters.insert("downtime-limit".into(), json!(params.max_downtime_ms));
+        }
+        self.execute(
+            "migrate-set-parameters",
+            Some(serde_json::Value::Object(parameters)),
+        )?;
+        self.execute(
+            "migrate",
+            Some(json!({ "uri": format!("unix:{}", socket.display()) })),
+        )?;
+        self.migrating = Some(MigrationProgress::default());
+        Ok(())
+    }
+
+    fn migration(&mut self) -> Option<MigrationProgress> {
+        let last = self.migrating.clone()?;
+        if last.phase.is_final() || self.exited.is_some() {
+            return Some(last);
+        }
+        let progress = match self.qmp.execute("query-migrate", None, CONTROL_TIMEOUT) {
+            Ok(answer) => migration_progress(&answer),
+            Err(e) => {
+                log::warn!("query-migrate: {e}");
+                return Some(last);
+            }
+        };
+        self.migrating = Some(progress.clone());
+        Some(progress)
+    }
+
+    fn cancel_migration(&mut self) -> Result<(), BackendError> {
+        self.execute("migrate_cancel", None)
+    }
+}
+
+/// Reads QMP's `query-migrate` answer (either side of the stream).
+pub fn migration_progress(answer: &serde_json::Value) -> MigrationProgress {
+    let number = |section: &str, field: &str| answer[section][field].as_u64().unwrap_or(0);
+    let phase = match answer["status"].as_str().unwrap_or("") {
+        "completed" => MigrationPhase::Completed,
+        "failed" => MigrationPhase::Failed,
+        "cancelled" => MigrationPhase::Cancelled,
+        _ => MigrationPhase::Active,
+    };
+    MigrationProgress {
+        phase,
+        error: answer["error-desc"].as_str().unwrap_or("").to_string(),
+        transferred_bytes: number("ram", "transferred") + number("disk", "transferred"),
+        remaining_bytes: number("ram", "remaining") + number("disk", "remaining"),
+        total_bytes: number("ram", "total") + number("disk", "total"),
+        total_ms: answer["total-time"].as_u64(),
+        downtime_ms: answer["downtime"].as_u64(),
+    }
 }
 
 impl Drop for QemuVm {
@@ -379,6 +483,31 @@ impl Drop for QemuVm {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn query_migrate_answers() {
+        let done = json!({"status": "completed", "total-time": 2100, "downtime": 35,
+            "ram": {"transferred": 100, "remaining": 0, "total": 400},
+            "disk": {"transferred": 50, "remaining": 0, "total": 50}});
+        let progress = migration_progress(&done);
+        assert_eq!(progress.phase, MigrationPhase::Completed);
+        assert_eq!(
+            (progress.transferred_bytes, progress.total_bytes),
+            (150, 450)
+        );
+        assert_eq!(
+            (progress.total_ms, progress.downtime_ms),
+            (Some(2100), Some(35))
+        );
+        let failed = json!({"status": "failed", "error-desc": "Unable to write to socket"});
+        let progress = migration_progress(&failed);
+        assert_eq!(progress.phase, MigrationPhase::Failed);
+        assert_eq!(progress.error, "Unable to write to socket");
+        assert_eq!(
+            migration_progress(&json!({"status": "setup"})).phase,
+            MigrationPhase::Active
+        );
+    }
 
     #[test]
     fn tsc_from_cpuinfo() {
