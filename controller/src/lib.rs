@@ -7,6 +7,7 @@ pub mod config;
 pub mod context;
 mod error;
 pub mod lease;
+pub mod metrics;
 pub mod node;
 pub mod pod;
 pub mod run;

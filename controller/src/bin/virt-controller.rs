@@ -22,6 +22,7 @@ async fn main() -> ExitCode {
     lease.acquire().await;
     tokio::spawn(lease.keep());
     tokio::spawn(controller::node::watch_heartbeats(client.clone()));
+    controller::metrics::spawn(client.clone());
     controller::run::run_controllers(client, ClusterConfig::from_env()).await;
     ExitCode::SUCCESS
 }
