@@ -83,6 +83,32 @@ fn phases_follow_the_pod() {
 }
 
 #[test]
+fn a_pod_first_seen_running_records_scheduling_and_scheduled() {
+    let running = pod(
+        json!({"phase": "Running", "containerStatuses": [
+        {"name": "compute", "ready": true, "restartCount": 0, "image": "l", "imageID": "",
+         "state": {"running": {}}}]}),
+        Some("node01"),
+    );
+    let mut pending = vmi(None);
+    api::vmi::set_phase(
+        pending.status.get_or_insert_with(Default::default),
+        VmiPhase::Pending,
+        now(),
+    );
+    let status = plan(&pending, &[running], now()).status.unwrap();
+    let phases: Vec<VmiPhase> = status
+        .phase_transition_timestamps
+        .iter()
+        .map(|t| t.phase)
+        .collect();
+    assert_eq!(
+        phases,
+        [VmiPhase::Pending, VmiPhase::Scheduling, VmiPhase::Scheduled]
+    );
+}
+
+#[test]
 fn unschedulable_and_image_pull_errors_are_conditions() {
     let unschedulable = pod(
         json!({"phase": "Pending", "conditions": [

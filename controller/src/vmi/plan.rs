@@ -187,6 +187,10 @@ fn follow_pod(status: &mut VirtualMachineInstanceStatus, pod: &Pod, now: Timesta
             );
         }
         "Running" if phase < VmiPhase::Scheduled => {
+            // A Pod already running when first seen was scheduled too: record every phase.
+            if phase < VmiPhase::Scheduling {
+                set_phase(status, VmiPhase::Scheduling, now);
+            }
             set_phase(status, VmiPhase::Scheduled, now);
             status.node_name = node;
         }
