@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod device_plugin;
+pub mod metrics;
 pub mod node;
 pub mod notify;
 pub mod run;

@@ -46,6 +46,7 @@ pub async fn run_handler(client: Client, node_name: String) {
     );
     let _ = std::fs::create_dir_all(SOCKET_ROOT);
     tokio::spawn(crate::server::run_from_env(PathBuf::from(SOCKET_ROOT)));
+    tokio::spawn(crate::metrics::serve(client.clone(), node_name.clone()));
     let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
     let ctx = Arc::new(HandlerContext {
         client: client.clone(),

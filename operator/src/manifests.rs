@@ -183,6 +183,7 @@ fn controller_deployment(cfg: &InstallConfig) -> Value {
                         "imagePullPolicy": cfg.image_pull_policy,
                         "command": ["/usr/bin/virt-controller"],
                         "env": env,
+                        "ports": [{"name": "metrics", "containerPort": 8080}],
                         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
                     }],
                     "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}],
@@ -204,6 +205,8 @@ fn handler_daemonset(cfg: &InstallConfig) -> Value {
                 "metadata": {"labels": labels(name)},
                 "spec": {
                     "serviceAccountName": name,
+                    // The launchers' processes (their smaps) for the memory overhead metric.
+                    "hostPID": true,
                     "tolerations": [{"operator": "Exists"}],
                     "containers": [{
                         "name": name,
@@ -216,15 +219,21 @@ fn handler_daemonset(cfg: &InstallConfig) -> Value {
                         "securityContext": {"privileged": true},
                         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
                         // virt-api reaches the console, pause and reset server here.
-                        "ports": [{"name": "subresources", "containerPort": HANDLER_PORT}],
+                        "ports": [
+                            {"name": "subresources", "containerPort": HANDLER_PORT},
+                            {"name": "metrics", "containerPort": 8080},
+                        ],
                         "volumeMounts": [
                             {"name": "kubevirt-run", "mountPath": "/var/run/kubevirt"},
+                            // Launcher Pod memory for kubevirt_vmi_launcher_memory_overhead_bytes.
+                            {"name": "host-cgroup", "mountPath": "/host/sys/fs/cgroup", "readOnly": true},
                             {"name": "device-plugins", "mountPath": "/var/lib/kubelet/device-plugins"},
                             {"name": "handler-token", "mountPath": "/etc/virt-handler/handler-token", "readOnly": true},
                         ],
                     }],
                     "volumes": [
                         {"name": "kubevirt-run", "hostPath": {"path": "/var/run/kubevirt", "type": "DirectoryOrCreate"}},
+                        {"name": "host-cgroup", "hostPath": {"path": "/sys/fs/cgroup", "type": "Directory"}},
                         {"name": "device-plugins", "hostPath": {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"}},
                         // The token virt-api presents; the Secret is made at install time.
                         {"name": "handler-token", "secret": {"secretName": HANDLER_TOKEN_SECRET}},
