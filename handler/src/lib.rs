@@ -4,6 +4,7 @@
 
 pub mod device_plugin;
 pub mod metrics;
+pub mod migration;
 pub mod node;
 pub mod notify;
 pub mod run;

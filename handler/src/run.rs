@@ -45,6 +45,12 @@ pub async fn run_handler(client: Client, node_name: String) {
         .for_each(|_| futures::future::ready(())),
     );
     let _ = std::fs::create_dir_all(SOCKET_ROOT);
+    tokio::spawn(crate::migration::reconcile::run(
+        client.clone(),
+        node_name.clone(),
+        PathBuf::from(SOCKET_ROOT),
+        kubevirts.clone(),
+    ));
     tokio::spawn(crate::server::run_from_env(PathBuf::from(SOCKET_ROOT)));
     tokio::spawn(crate::metrics::serve(client.clone(), node_name.clone()));
     let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();

@@ -168,6 +168,10 @@ pub async fn reconcile(
     let Some(domain) = domain else {
         return Ok(Action::requeue(Duration::from_secs(1)));
     };
+    if crate::migration::migrated_away(&domain) {
+        // The VM runs on the migration target now; virt-controller moves the VMI there.
+        return Ok(Action::await_change());
+    }
 
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
     let pod_ip = pods

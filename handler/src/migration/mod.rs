@@ -1,0 +1,64 @@
+//! virt-handler's part of a live migration: preparing the target launcher, starting the
+//! source launcher, and carrying the stream between the two nodes over mutual TLS.
+//!
+//! virt-controller drives the migration through the VMI's `status.migrationState`; every
+//! handler watches the VMIs and acts on those whose migration names its node:
+//!
+//! 1. Target node (`targetNode` is this node, no `targetNodeAddress` yet): once the target
+//!    launcher Pod runs, call its `PrepareMigrationTarget` (it starts QEMU waiting on
+//!    `migration-target-sock`), listen on a TCP port of this handler's Pod IP
+//!    ([`proxy::listen_target`]) and publish `ip:port` as `targetNodeAddress`.
+//! 2. Source node (`sourceNode` is this node and `targetNodeAddress` is set): listen on
+//!    `migration-source-sock` in the source launcher's socket directory, relay what arrives
+//!    there to the target over TLS ([`proxy::relay_source`]), call the launcher's `Migrate`
+//!    with that socket and set `mode: PreCopy`. Then follow the launcher's migration status and
+//!    report the end: `completed` or `failed` (with `failureReason`) and `endTimestamp`, with
+//!    an event that gives the total time and the guest's downtime.
+//! 3. `abortRequested` (the migration object was deleted): call `CancelMigration`; the VM keeps
+//!    running on the source.
+//!
+//! After the switch-over the source launcher reports its domain Shutoff ("migrated to the
+//! target"); [`migrated_away`] tells the VMI reconciler not to take that for the guest's end.
+
+pub mod proxy;
+pub mod reconcile;
+pub mod tls;
+
+use launcher::proto::v1::{Domain, MigrationStatus};
+
+/// Socket, in the source launcher's socket directory, on which the handler takes the stream.
+pub const SOURCE_SOCKET: &str = "migration-source-sock";
+/// Socket, in the target launcher's socket directory, on which QEMU receives the stream.
+pub const TARGET_SOCKET: &str = "migration-target-sock";
+
+/// Whether `domain` is a source whose VM has moved to the target (its state is not the VMI's).
+pub fn migrated_away(domain: &Domain) -> bool {
+    domain
+        .migration
+        .as_ref()
+        .is_some_and(|m| !m.target && m.status == MigrationStatus::Completed as i32)
+}
+
+#[cfg(test)]
+mod tests {
+    use launcher::proto::v1::MigrationInfo;
+
+    use super::*;
+
+    #[test]
+    fn only_a_completed_outgoing_migration_moves_the_vm_away() {
+        let with = |status: MigrationStatus, target: bool| Domain {
+            migration: Some(MigrationInfo {
+                status: status as i32,
+                target,
+                ..MigrationInfo::default()
+            }),
+            ..Domain::default()
+        };
+        assert!(migrated_away(&with(MigrationStatus::Completed, false)));
+        assert!(!migrated_away(&with(MigrationStatus::Completed, true)));
+        assert!(!migrated_away(&with(MigrationStatus::Failed, false)));
+        assert!(!migrated_away(&with(MigrationStatus::Active, false)));
+        assert!(!migrated_away(&Domain::default()));
+    }
+}

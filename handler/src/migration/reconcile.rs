@@ -1,0 +1,448 @@
+//! The handler's migration controller: one pass over a VMI whose `status.migrationState`
+//! names this node (see the module docs of [`super`] for the steps).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use api::{KubeVirt, VirtualMachineInstance};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use launcher::proto::v1::{
+    GetDomainRequest, MigrateRequest, MigrationStatus, SyncOptions, SyncVmiRequest, VmiRequest,
+};
+use serde_json::json;
+
+use super::proxy;
+use super::tls::{cert_dir, MigrationTls};
+use super::{SOURCE_SOCKET, TARGET_SOCKET};
+use crate::vmi::reconcile::{LAUNCHER_SOCKET, LAUNCHER_SOCKET_DIR};
+
+/// How long one launcher call may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often the source follows its launcher's migration.
+const PROGRESS_INTERVAL: Duration = Duration::from_millis(500);
+
+/// What a migration pass needs.
+pub struct MigrationContext {
+    pub client: Client,
+    pub node: String,
+    pub socket_root: PathBuf,
+    pub kubevirts: Store<KubeVirt>,
+    recorder: Recorder,
+    /// Running stream tasks by `<role>/<migration UID>`.
+    tasks: Mutex<BTreeMap<String, tokio::task::JoinHandle<()>>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MigrationError {
+    #[error("kubernetes API")]
+    Kube(#[from] kube::Error),
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl MigrationContext {
+    fn use_emulation(&self) -> bool {
+        self.kubevirts.state().first().is_some_and(|kv| {
+            kv.spec
+                .configuration
+                .as_ref()
+                .and_then(|c| c.developer_configuration.as_ref())
+                .and_then(|d| d.use_emulation)
+                == Some(true)
+        })
+    }
+
+    fn running(&self, key: &str) -> bool {
+        let tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        tasks.get(key).is_some_and(|t| !t.is_finished())
+    }
+
+    fn keep(&self, key: String, task: tokio::task::JoinHandle<()>) {
+        let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        tasks.retain(|_, t| !t.is_finished());
+        if let Some(old) = tasks.insert(key, task) {
+            old.abort();
+        }
+    }
+
+    fn stop(&self, migration: &str) {
+        let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        for role in ["source", "target"] {
+            if let Some(task) = tasks.remove(&format!("{role}/{migration}")) {
+                task.abort();
+            }
+        }
+    }
+
+    async fn event(&self, vmi: &VirtualMachineInstance, warning: bool, reason: &str, note: String) {
+        let event = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.into(),
+            note: Some(note),
+            action: "Migrate".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &vmi.object_ref(&())).await {
+            log::warn!("cannot record event {reason}: {e}");
+        }
+    }
+}
+
+/// Runs the migration controller of this node until the process ends.
+pub async fn run(client: Client, node: String, socket_root: PathBuf, kubevirts: Store<KubeVirt>) {
+    let reporter = Reporter {
+        controller: "virt-handler".into(),
+        instance: Some(node.clone()),
+    };
+    let ctx = Arc::new(MigrationContext {
+        recorder: Recorder::new(client.clone(), reporter),
+        client: client.clone(),
+        node,
+        socket_root,
+        kubevirts,
+        tasks: Mutex::new(BTreeMap::new()),
+    });
+    Controller::new(
+        Api::<VirtualMachineInstance>::all(client),
+        watcher::Config::default(),
+    )
+    .shutdown_on_signal()
+    .run(reconcile, error_policy, ctx)
+    .for_each(|_| futures::future::ready(()))
+    .await;
+}
+
+fn error_policy(
+    vmi: Arc<VirtualMachineInstance>,
+    error: &MigrationError,
+    _: Arc<MigrationContext>,
+) -> Action {
+    log::warn!("migration of {}: {error}", vmi.name_any());
+    Action::requeue(Duration::from_secs(2))
+}
+
+/// Merges `fields` into the VMI's `status.migrationState`.
+async fn patch_state(
+    client: &Client,
+    vmi: &VirtualMachineInstance,
+    fields: serde_json::Value,
+) -> Result<(), kube::Error> {
+    let namespace = vmi.namespace().unwrap_or_default();
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), &namespace);
+    let patch = json!({"status": {"migrationState": fields}});
+    vmis.patch_status(
+        &vmi.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+fn now() -> serde_json::Value {
+    serde_json::to_value(Time(Timestamp::now())).unwrap_or(serde_json::Value::Null)
+}
+
+/// Marks the migration failed with `reason`.
+async fn report_failure(
+    ctx: &MigrationContext,
+    vmi: &VirtualMachineInstance,
+    reason: &str,
+) -> Result<(), kube::Error> {
+    log::warn!("migration of {} failed: {reason}", vmi.name_any());
+    patch_state(
+        &ctx.client,
+        vmi,
+        json!({"failed": true, "failureReason": reason, "endTimestamp": now()}),
+    )
+    .await?;
+    ctx.event(vmi, true, "MigrationFailed", reason.to_string())
+        .await;
+    Ok(())
+}
+
+async fn call<T>(
+    future: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(CALL_TIMEOUT, future).await {
+        Ok(Ok(response)) => Ok(response.into_inner()),
+        Ok(Err(status)) => Err(status.message().to_string()),
+        Err(_) => Err(format!(
+            "the launcher did not answer within {CALL_TIMEOUT:?}"
+        )),
+    }
+}
+
+pub async fn reconcile(
+    vmi: Arc<VirtualMachineInstance>,
+    ctx: Arc<MigrationContext>,
+) -> Result<Action, MigrationError> {
+    let Some(state) = vmi.status.as_ref().and_then(|s| s.migration_state.clone()) else {
+        return Ok(Action::await_change());
+    };
+    let Some(migration) = state.migration_uid.clone() else {
+        return Ok(Action::await_change());
+    };
+    let me = Some(ctx.node.as_str());
+    if state.completed == Some(true) || state.failed == Some(true) {
+        ctx.stop(&migration);
+        return Ok(Action::await_change());
+    }
+    if state.target_node.as_deref() == me && state.target_node_address.is_none() {
+        let key = format!("target/{migration}");
+        if !ctx.running(&key) {
+            if let Err(reason) = prepare_target(&ctx, &vmi, &state, key).await {
+                if let Some(reason) = reason {
+                    report_failure(&ctx, &vmi, &reason).await?;
+                }
+                return Ok(Action::requeue(Duration::from_secs(1)));
+            }
+        }
+    }
+    if state.source_node.as_deref() == me {
+        let key = format!("source/{migration}");
+        if state.abort_requested == Some(true) {
+            cancel(&ctx, &vmi).await;
+        } else if let Some(address) = &state.target_node_address {
+            if !ctx.running(&key) && state.mode.is_none() {
+                if let Err(reason) = start_source(&ctx, &vmi, address, key).await {
+                    report_failure(&ctx, &vmi, &reason).await?;
+                }
+            }
+        }
+    }
+    Ok(Action::requeue(Duration::from_secs(2)))
+}
+
+/// Target side. `Err(None)`: not ready yet, try again; `Err(Some(reason))`: failed.
+async fn prepare_target(
+    ctx: &Arc<MigrationContext>,
+    vmi: &Arc<VirtualMachineInstance>,
+    state: &api::vmi::MigrationState,
+    key: String,
+) -> Result<(), Option<String>> {
+    let (Some(uid), Some(namespace), Some(pod_name)) =
+        (vmi.uid(), vmi.namespace(), state.target_pod.clone())
+    else {
+        return Err(None);
+    };
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    let pod = pods.get_opt(&pod_name).await.map_err(|e| {
+        log::info!("target Pod {pod_name}: {e}");
+        None
+    })?;
+    let Some(pod) = pod else {
+        return Err(Some(format!("the target Pod {pod_name} is gone")));
+    };
+    let phase = pod.status.as_ref().and_then(|s| s.phase.clone());
+    match phase.as_deref() {
+        Some("Running") => {}
+        Some("Failed") | Some("Succeeded") => {
+            return Err(Some(format!("the target Pod {pod_name} has ended")))
+        }
+        _ => return Err(None),
+    }
+    let dir = ctx.socket_root.join(&uid);
+    let socket = dir.join(LAUNCHER_SOCKET);
+    if !socket.exists() {
+        return Err(None);
+    }
+    let tls = MigrationTls::load(&cert_dir())
+        .map_err(|e| Some(format!("migration TLS: {}", chain(&e))))?;
+    let mut client = launcher::proto::launcher_client(&socket).map_err(|e| Some(e.to_string()))?;
+    let existing = call(client.get_domain(GetDomainRequest {}))
+        .await
+        .map_err(Some)?;
+    if existing.domain.is_none() {
+        let request = SyncVmiRequest {
+            vmi_json: serde_json::to_vec(vmi.as_ref()).map_err(|e| Some(e.to_string()))?,
+            options: Some(SyncOptions {
+                use_emulation: ctx.use_emulation(),
+                notify_socket: String::new(),
+            }),
+        };
+        call(client.prepare_migration_target(request))
+            .await
+            .map_err(|e| Some(format!("preparing the target launcher: {e}")))?;
+    }
+    let listener = tokio::net::TcpListener::bind(("0.0.0.0", 0))
+        .await
+        .map_err(|e| Some(format!("cannot listen for the migration stream: {e}")))?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| Some(e.to_string()))?
+        .port();
+    let ip = own_pod_ip(&ctx.client)
+        .await
+        .ok_or_else(|| Some("this handler does not know its Pod IP".to_string()))?;
+    let target_socket = dir.join(TARGET_SOCKET);
+    let name = vmi.name_any();
+    let task = tokio::spawn(async move {
+        match proxy::listen_target(listener, Arc::new(tls), target_socket).await {
+            Ok((received, _)) => log::info!("{name}: migration stream ended, {received} bytes in"),
+            Err(e) => log::warn!("{name}: incoming migration stream: {}", chain(&e)),
+        }
+    });
+    ctx.keep(key, task);
+    let address = SocketAddr::new(ip, port).to_string();
+    log::info!(
+        "{}: target ready, migration stream on {address}",
+        vmi.name_any()
+    );
+    patch_state(&ctx.client, vmi, json!({"targetNodeAddress": address}))
+        .await
+        .map_err(|e| Some(format!("publishing the target address: {e}")))?;
+    Ok(())
+}
+
+/// This handler's Pod IP (from `POD_IP`, or its Pod named by `POD_NAME`/`POD_NAMESPACE`).
+async fn own_pod_ip(client: &Client) -> Option<std::net::IpAddr> {
+    if let Some(ip) = std::env::var("POD_IP").ok().and_then(|ip| ip.parse().ok()) {
+        return Some(ip);
+    }
+    let name = std::env::var("POD_NAME").ok()?;
+    let namespace = std::env::var("POD_NAMESPACE").ok()?;
+    let pod = Api::<Pod>::namespaced(client.clone(), &namespace)
+        .get(&name)
+        .await
+        .ok()?;
+    pod.status?.pod_ip?.parse().ok()
+}
+
+/// Source side: relay, `Migrate`, then follow the launcher until the end.
+async fn start_source(
+    ctx: &Arc<MigrationContext>,
+    vmi: &Arc<VirtualMachineInstance>,
+    address: &str,
+    key: String,
+) -> Result<(), String> {
+    let uid = vmi.uid().ok_or("the VMI has no UID")?;
+    let target: SocketAddr = address
+        .parse()
+        .map_err(|e| format!("bad targetNodeAddress {address:?}: {e}"))?;
+    let tls =
+        MigrationTls::load(&cert_dir()).map_err(|e| format!("migration TLS: {}", chain(&e)))?;
+    let dir = ctx.socket_root.join(&uid);
+    let relay_path = dir.join(SOURCE_SOCKET);
+    let _ = std::fs::remove_file(&relay_path);
+    let listener = tokio::net::UnixListener::bind(&relay_path)
+        .map_err(|e| format!("cannot listen on {}: {e}", relay_path.display()))?;
+    let relay = tokio::spawn(proxy::relay_source(listener, Arc::new(tls), target));
+    let mut client =
+        launcher::proto::launcher_client(&dir.join(LAUNCHER_SOCKET)).map_err(|e| e.to_string())?;
+    let request = MigrateRequest {
+        vmi: uid.clone(),
+        socket: format!("{LAUNCHER_SOCKET_DIR}/{SOURCE_SOCKET}"),
+        bandwidth_bytes_per_second: 0,
+        max_downtime_ms: 0,
+    };
+    if let Err(e) = call(client.migrate(request)).await {
+        relay.abort();
+        return Err(format!("the source launcher refused to migrate: {e}"));
+    }
+    log::info!("{}: migrating to {address}", vmi.name_any());
+    if let Err(e) = patch_state(&ctx.client, vmi, json!({"mode": "PreCopy"})).await {
+        log::warn!("{}: cannot record the migration mode: {e}", vmi.name_any());
+    }
+    let (ctx2, vmi2) = (Arc::clone(ctx), Arc::clone(vmi));
+    let task = tokio::spawn(async move {
+        follow_source(&ctx2, &vmi2, client, relay).await;
+    });
+    ctx.keep(key, task);
+    Ok(())
+}
+
+async fn follow_source(
+    ctx: &MigrationContext,
+    vmi: &VirtualMachineInstance,
+    mut client: launcher::proto::v1::launcher_client::LauncherClient<tonic::transport::Channel>,
+    relay: tokio::task::JoinHandle<Result<proxy::Copied, proxy::ProxyError>>,
+) {
+    let name = vmi.name_any();
+    let info = loop {
+        tokio::time::sleep(PROGRESS_INTERVAL).await;
+        match call(client.get_domain(GetDomainRequest {})).await {
+            Ok(response) => {
+                let migration = response.domain.and_then(|d| d.migration);
+                if let Some(m) = migration {
+                    if m.status != MigrationStatus::Active as i32 {
+                        break m;
+                    }
+                }
+            }
+            Err(e) => log::warn!("{name}: following the migration: {e}"),
+        }
+    };
+    let relayed = if relay.is_finished() {
+        match relay.await {
+            Ok(Ok((sent, _))) => format!(", {sent} bytes over the network"),
+            Ok(Err(e)) => format!(" (stream: {})", chain(&e)),
+            Err(_) => String::new(),
+        }
+    } else {
+        relay.abort();
+        String::new()
+    };
+    let result = if info.status == MigrationStatus::Completed as i32 {
+        let note = format!(
+            "migration completed in {} ms, guest downtime {} ms, {} bytes sent (block migration: {}){relayed}",
+            info.total_ms, info.downtime_ms, info.transferred_bytes, info.block
+        );
+        log::info!("{name}: {note}");
+        ctx.event(vmi, false, "Migrated", note).await;
+        patch_state(
+            &ctx.client,
+            vmi,
+            json!({"completed": true, "endTimestamp": now()}),
+        )
+        .await
+    } else {
+        let why = if info.status == MigrationStatus::Cancelled as i32 {
+            "the migration was cancelled".to_string()
+        } else {
+            format!("the migration stream failed: {}{relayed}", info.error)
+        };
+        report_failure(ctx, vmi, &why).await
+    };
+    if let Err(e) = result {
+        log::warn!("{name}: cannot report the end of the migration: {e}");
+    }
+}
+
+async fn cancel(ctx: &MigrationContext, vmi: &VirtualMachineInstance) {
+    let Some(uid) = vmi.uid() else { return };
+    let socket = ctx.socket_root.join(&uid).join(LAUNCHER_SOCKET);
+    if let Ok(mut client) = launcher::proto::launcher_client(&socket) {
+        match call(client.cancel_migration(VmiRequest { vmi: uid })).await {
+            Ok(_) => log::info!("{}: migration cancelled", vmi.name_any()),
+            Err(e) => log::debug!("{}: cancel: {e}", vmi.name_any()),
+        }
+    }
+}
+
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
