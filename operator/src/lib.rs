@@ -1,5 +1,14 @@
-//! virt-operator: installs, upgrades and removes Ferrovirt from a `KubeVirt` CR. For now it
-//! holds the install manifests ([`manifests`]), which the operator will apply and keep in shape.
+//! virt-operator: installs, upgrades and removes Ferrovirt from a `KubeVirt` CR.
+//!
+//! - [`manifests`] renders the components' objects, [`certs`] plans their certificates,
+//!   [`install`] puts them together into the desired state of one CR;
+//! - [`reconcile`] applies that state with server-side apply, reports status and conditions,
+//!   and removes the install when the CR is deleted;
+//! - [`release`] renders what a user installs: the operator's own manifest and a KubeVirt CR.
 #![forbid(unsafe_code)]
 
+pub mod certs;
+pub mod install;
 pub mod manifests;
+pub mod reconcile;
+pub mod release;

@@ -1,0 +1,788 @@
+//! The KubeVirt CR controller. For each CR in the operator's namespace:
+//!
+//! 1. adds the finalizer `foregroundDeleteKubeVirt`;
+//! 2. plans the certificates from the Secrets in the cluster ([`crate::certs::plan`]);
+//! 3. server-side applies every object of [`crate::install::desired`] with field manager
+//!    `virt-operator` and `force`, which also takes back fields someone else changed (a
+//!    Deployment scaled to 0) and recreates deleted objects; the children are watched by label,
+//!    so an edit or a deletion brings the CR back here;
+//! 4. reads virt-api, virt-controller and virt-handler and reports `status`: phase Deploying
+//!    until all three run the target version, then Deployed, with conditions Available,
+//!    Progressing and Degraded as KubeVirt sets them, and the observed/target versions.
+//!
+//! On deletion (phase Deleting): with `uninstallStrategy: BlockUninstallIfWorkloadsExist` it
+//! keeps everything while VMs or VMIs exist (condition Degraded, reason DeletionBlocked, and a
+//! Warning event); else it deletes the workload CRDs (and with them every VM and VMI, while
+//! virt-controller still runs to finish them), waits for them to go, deletes the rest, and
+//! removes the finalizer.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use api::condition::Condition;
+use api::kubevirt::KubeVirtPhase;
+use api::{KubeVirt, KubeVirtStatus, VirtualMachine, VirtualMachineInstance};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::{json, Value};
+
+use crate::certs::{self, Lifetimes, StoredSecret};
+use crate::install::{self, OperatorImage, FIELD_MANAGER, FINALIZER};
+
+/// What the reconciler shares.
+pub struct Context {
+    pub client: Client,
+    /// The namespace the operator runs in and installs into.
+    pub namespace: String,
+    pub image: OperatorImage,
+    pub lifetimes: Lifetimes,
+    recorder: Recorder,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        namespace: String,
+        image: OperatorImage,
+        lifetimes: Lifetimes,
+    ) -> Arc<Context> {
+        let reporter = Reporter {
+            controller: "virt-operator".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Arc::new(Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            namespace,
+            image,
+            lifetimes,
+        })
+    }
+
+    async fn event(&self, kv: &KubeVirt, warning: bool, reason: &str, note: String) {
+        let event = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.into(),
+            note: Some(note),
+            action: reason.into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &kv.object_ref(&())).await {
+            log::warn!("cannot record event {reason}: {e}");
+        }
+    }
+}
+
+/// Why a reconcile failed (it is retried).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{action} {kind} {name}")]
+    Kube {
+        action: &'static str,
+        kind: String,
+        name: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+    #[error("unknown kind {0} in the install")]
+    UnknownKind(String),
+    #[error("certificates")]
+    Certs(#[from] certs::CertError),
+    #[error("rendering the install")]
+    Render(#[from] serde_json::Error),
+}
+
+fn kube_error(action: &'static str, kind: &str, name: &str) -> impl FnOnce(kube::Error) -> Error {
+    let (kind, name) = (kind.to_string(), name.to_string());
+    move |source| Error::Kube {
+        action,
+        kind,
+        name,
+        source: Box::new(source),
+    }
+}
+
+fn not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+/// The API resource of each kind the install has: group, version, plural, namespaced.
+fn api_resource(kind: &str) -> Option<(ApiResource, bool)> {
+    let (group, version, plural, namespaced) = match kind {
+        "CustomResourceDefinition" => (
+            "apiextensions.k8s.io",
+            "v1",
+            "customresourcedefinitions",
+            false,
+        ),
+        "ServiceAccount" => ("", "v1", "serviceaccounts", true),
+        "Secret" => ("", "v1", "secrets", true),
+        "ConfigMap" => ("", "v1", "configmaps", true),
+        "Service" => ("", "v1", "services", true),
+        "ClusterRole" => ("rbac.authorization.k8s.io", "v1", "clusterroles", false),
+        "ClusterRoleBinding" => (
+            "rbac.authorization.k8s.io",
+            "v1",
+            "clusterrolebindings",
+            false,
+        ),
+        "Role" => ("rbac.authorization.k8s.io", "v1", "roles", true),
+        "RoleBinding" => ("rbac.authorization.k8s.io", "v1", "rolebindings", true),
+        "Deployment" => ("apps", "v1", "deployments", true),
+        "DaemonSet" => ("apps", "v1", "daemonsets", true),
+        "APIService" => ("apiregistration.k8s.io", "v1", "apiservices", false),
+        "MutatingWebhookConfiguration" => (
+            "admissionregistration.k8s.io",
+            "v1",
+            "mutatingwebhookconfigurations",
+            false,
+        ),
+        "ValidatingWebhookConfiguration" => (
+            "admissionregistration.k8s.io",
+            "v1",
+            "validatingwebhookconfigurations",
+            false,
+        ),
+        _ => return None,
+    };
+    let gvk = GroupVersionKind::gvk(group, version, kind);
+    Some((ApiResource::from_gvk_with_plural(&gvk, plural), namespaced))
+}
+
+fn dynamic_api(client: &Client, object: &Value) -> Result<(Api<DynamicObject>, String), Error> {
+    let kind = object["kind"].as_str().unwrap_or_default();
+    let name = object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let (resource, namespaced) =
+        api_resource(kind).ok_or_else(|| Error::UnknownKind(kind.to_string()))?;
+    let api = match object["metadata"]["namespace"].as_str() {
+        Some(ns) if namespaced => Api::namespaced_with(client.clone(), ns, &resource),
+        _ => Api::all_with(client.clone(), &resource),
+    };
+    Ok((api, name))
+}
+
+/// Server-side applies one object, taking every field it sets.
+async fn apply(client: &Client, object: &Value) -> Result<(), Error> {
+    let (api, name) = dynamic_api(client, object)?;
+    let kind = object["kind"].as_str().unwrap_or_default();
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(object),
+    )
+    .await
+    .map_err(kube_error("applying", kind, &name))?;
+    Ok(())
+}
+
+/// Deletes one object; gone already is fine.
+async fn delete(client: &Client, object: &Value) -> Result<(), Error> {
+    let (api, name) = dynamic_api(client, object)?;
+    let kind = object["kind"].as_str().unwrap_or_default();
+    match api.delete(&name, &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        Err(e) if not_found(&e) => Ok(()),
+        Err(e) => Err(kube_error("deleting", kind, &name)(e)),
+    }
+}
+
+fn now_unix() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// The certificate Secrets and CA bundle as they are in the cluster.
+async fn existing_certs(
+    ctx: &Context,
+) -> Result<(BTreeMap<String, StoredSecret>, Option<String>, String), Error> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let mut found = BTreeMap::new();
+    let mut token = None;
+    let list = secrets
+        .list(&ListParams::default())
+        .await
+        .map_err(kube_error("listing", "Secret", &ctx.namespace))?;
+    for secret in &list.items {
+        let name = secret.name_any();
+        let stored = StoredSecret::from_secret(secret);
+        if name == crate::manifests::HANDLER_TOKEN_SECRET {
+            token = stored.data.get("token").cloned();
+        } else if name.starts_with("kubevirt-") {
+            found.insert(name, stored);
+        }
+    }
+    let maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let bundle = maps
+        .get_opt(certs::CA_NAME)
+        .await
+        .map_err(kube_error("reading", "ConfigMap", certs::CA_NAME))?
+        .and_then(|m| m.data?.get(certs::CA_BUNDLE_KEY).cloned());
+    let token = token.filter(|t| !t.is_empty()).unwrap_or_else(random_token);
+    Ok((found, bundle, token))
+}
+
+fn random_token() -> String {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 32];
+    // SystemRandom reads the OS generator; failing it, the token is still unique per install
+    // but guessable, which the log says.
+    if ring::rand::SystemRandom::new().fill(&mut bytes).is_err() {
+        log::error!("no OS randomness for the handler token");
+    }
+    install::base64(&bytes)
+}
+
+/// How far the workloads are: (available, at target version).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Readiness {
+    pub available: bool,
+    pub updated: bool,
+}
+
+fn image_of(spec: Option<&k8s_openapi::api::core::v1::PodTemplateSpec>) -> Option<String> {
+    spec?.spec.as_ref()?.containers.first()?.image.clone()
+}
+
+async fn readiness(
+    ctx: &Context,
+    cfg: &crate::manifests::InstallConfig,
+) -> Result<Readiness, Error> {
+    let mut ready = Readiness {
+        available: true,
+        updated: true,
+    };
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    for name in install::DEPLOYMENTS {
+        let Some(d) =
+            deployments
+                .get_opt(name)
+                .await
+                .map_err(kube_error("reading", "Deployment", name))?
+        else {
+            return Ok(Readiness::default());
+        };
+        let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+        let status = d.status.clone().unwrap_or_default();
+        let available = status.available_replicas.unwrap_or(0);
+        ready.available &= available >= want.min(1) && available > 0;
+        let target = image_of(d.spec.as_ref().map(|s| &s.template)) == Some(cfg.image(name));
+        ready.updated &= target
+            && status.observed_generation >= d.metadata.generation
+            && status.updated_replicas.unwrap_or(0) == want
+            && status.replicas.unwrap_or(0) == want
+            && available == want;
+    }
+    let daemonsets: Api<DaemonSet> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let Some(ds) = daemonsets
+        .get_opt(install::DAEMONSET)
+        .await
+        .map_err(kube_error("reading", "DaemonSet", install::DAEMONSET))?
+    else {
+        return Ok(Readiness::default());
+    };
+    let status = ds.status.clone().unwrap_or_default();
+    let target =
+        image_of(ds.spec.as_ref().map(|s| &s.template)) == Some(cfg.image(install::DAEMONSET));
+    ready.available &=
+        status.desired_number_scheduled > 0 && status.number_available.unwrap_or(0) > 0;
+    ready.updated &= target
+        && status.observed_generation >= ds.metadata.generation
+        && status.updated_number_scheduled.unwrap_or(0) == status.desired_number_scheduled
+        && status.number_available.unwrap_or(0) == status.desired_number_scheduled;
+    Ok(ready)
+}
+
+/// Sets a condition, keeping its transition time when its status did not change.
+fn set_condition(conditions: &mut Vec<Condition>, mut condition: Condition) {
+    let previous = conditions.iter().position(|c| c.type_ == condition.type_);
+    let now = Time(Timestamp::now());
+    match previous {
+        Some(i) => {
+            let old = &conditions[i];
+            condition.last_transition_time = if old.status == condition.status {
+                old.last_transition_time.clone()
+            } else {
+                Some(now)
+            };
+            conditions[i] = condition;
+        }
+        None => {
+            condition.last_transition_time = Some(now);
+            conditions.push(condition);
+        }
+    }
+}
+
+/// The status for where the install is (pure: tested without a cluster).
+pub fn next_status(
+    current: &KubeVirtStatus,
+    generation: Option<i64>,
+    cfg: &crate::manifests::InstallConfig,
+    operator_tag: &str,
+    ready: Readiness,
+) -> KubeVirtStatus {
+    let mut status = current.clone();
+    status.operator_version = Some(operator_tag.to_string());
+    status.target_kube_virt_version = Some(cfg.image_tag.clone());
+    status.target_kube_virt_registry = Some(cfg.image_prefix.clone());
+    status.observed_generation = generation;
+    let done = ready.available && ready.updated;
+    let target = format!(
+        "version {} with registry {}",
+        cfg.image_tag, cfg.image_prefix
+    );
+    if done {
+        status.phase = Some(KubeVirtPhase::Deployed);
+        status.observed_kube_virt_version = Some(cfg.image_tag.clone());
+        status.observed_kube_virt_registry = Some(cfg.image_prefix.clone());
+        let reason = "AllComponentsReady";
+        let message = "All components are ready.";
+        set_condition(
+            &mut status.conditions,
+            Condition::new("Available", true, reason, message),
+        );
+        set_condition(
+            &mut status.conditions,
+            Condition::new("Progressing", false, reason, message),
+        );
+        set_condition(
+            &mut status.conditions,
+            Condition::new("Degraded", false, reason, message),
+        );
+    } else {
+        status.phase = Some(KubeVirtPhase::Deploying);
+        let reason = "DeploymentInProgress";
+        let message = format!("Deploying {target}");
+        let available_message = if ready.available {
+            "The previous version is serving while the new one rolls out."
+        } else {
+            "Not all components are ready yet."
+        };
+        set_condition(
+            &mut status.conditions,
+            Condition::new("Available", ready.available, reason, available_message),
+        );
+        set_condition(
+            &mut status.conditions,
+            Condition::new("Progressing", true, reason, &message),
+        );
+        set_condition(
+            &mut status.conditions,
+            Condition::new("Degraded", false, reason, &message),
+        );
+    }
+    status
+}
+
+async fn patch_status(ctx: &Context, kv: &KubeVirt, status: KubeVirtStatus) -> Result<(), Error> {
+    if kv.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let api: Api<KubeVirt> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    api.patch_status(
+        &kv.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": status})),
+    )
+    .await
+    .map_err(kube_error("updating status of", "KubeVirt", &kv.name_any()))?;
+    Ok(())
+}
+
+async fn add_finalizer(ctx: &Context, kv: &KubeVirt) -> Result<(), Error> {
+    let api: Api<KubeVirt> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let mut finalizers = kv.finalizers().to_vec();
+    finalizers.push(FINALIZER.to_string());
+    let patch = json!({"metadata": {"finalizers": finalizers,
+                                     "resourceVersion": kv.resource_version()}});
+    api.patch(
+        &kv.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(patch),
+    )
+    .await
+    .map_err(kube_error(
+        "adding the finalizer to",
+        "KubeVirt",
+        &kv.name_any(),
+    ))?;
+    Ok(())
+}
+
+/// Installs or upgrades, and reports how far it got.
+async fn deploy(kv: &KubeVirt, ctx: &Context) -> Result<Action, Error> {
+    let cfg = install::install_config(kv, &ctx.namespace, &ctx.image);
+    let (existing, bundle, token) = existing_certs(ctx).await?;
+    let plan = certs::plan(
+        &ctx.namespace,
+        &existing,
+        bundle.as_deref(),
+        now_unix(),
+        ctx.lifetimes,
+    )?;
+    if plan.changed {
+        log::info!("issuing certificates (digest {})", plan.digest());
+    }
+    for object in install::desired(&cfg, &plan, &token)? {
+        apply(&ctx.client, &object).await?;
+    }
+    let ready = readiness(ctx, &cfg).await?;
+    let current = kv.status.clone().unwrap_or_default();
+    let status = next_status(
+        &current,
+        kv.metadata.generation,
+        &cfg,
+        &ctx.image.tag,
+        ready,
+    );
+    let deployed_now = status.phase == Some(KubeVirtPhase::Deployed)
+        && current.phase != Some(KubeVirtPhase::Deployed);
+    patch_status(ctx, kv, status).await?;
+    if deployed_now {
+        ctx.event(
+            kv,
+            false,
+            "Deployed",
+            format!("Ferrovirt {} is deployed", cfg.image_tag),
+        )
+        .await;
+    }
+    let until_renewal = u64::try_from(plan.renew_at - now_unix())
+        .unwrap_or(0)
+        .max(5);
+    let wait = if ready.available && ready.updated {
+        Duration::from_secs(until_renewal.min(3600))
+    } else {
+        Duration::from_secs(5)
+    };
+    Ok(Action::requeue(wait))
+}
+
+/// How many VMs and VMIs exist, in every namespace (0 when their CRDs are gone).
+async fn workloads(client: &Client) -> Result<usize, Error> {
+    let mut count = 0;
+    let vms: Api<VirtualMachine> = Api::all(client.clone());
+    match vms.list_metadata(&ListParams::default()).await {
+        Ok(list) => count += list.items.len(),
+        Err(e) if not_found(&e) => {}
+        Err(e) => return Err(kube_error("listing", "VirtualMachine", "")(e)),
+    }
+    let vmis: Api<VirtualMachineInstance> = Api::all(client.clone());
+    match vmis.list_metadata(&ListParams::default()).await {
+        Ok(list) => count += list.items.len(),
+        Err(e) if not_found(&e) => {}
+        Err(e) => return Err(kube_error("listing", "VirtualMachineInstance", "")(e)),
+    }
+    Ok(count)
+}
+
+/// Removes the install; the finalizer goes last.
+async fn uninstall(kv: &KubeVirt, ctx: &Context) -> Result<Action, Error> {
+    if !kv.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let mut status = kv.status.clone().unwrap_or_default();
+    status.phase = Some(KubeVirtPhase::Deleting);
+    if install::blocks_uninstall(kv) {
+        let count = workloads(&ctx.client).await?;
+        if count > 0 {
+            let message = format!(
+                "uninstallStrategy BlockUninstallIfWorkloadsExist: {count} VirtualMachine(s) and \
+                 VirtualMachineInstance(s) exist; delete them to uninstall"
+            );
+            let first = !status
+                .conditions
+                .iter()
+                .any(|c| c.reason.as_deref() == Some("DeletionBlocked"));
+            set_condition(
+                &mut status.conditions,
+                Condition::new("Degraded", true, "DeletionBlocked", &message),
+            );
+            patch_status(ctx, kv, status).await?;
+            if first {
+                ctx.event(kv, true, "DeletionBlocked", message).await;
+            }
+            return Ok(Action::requeue(Duration::from_secs(5)));
+        }
+    }
+    set_condition(
+        &mut status.conditions,
+        Condition::new(
+            "Degraded",
+            false,
+            "DeletionInProgress",
+            "Removing Ferrovirt",
+        ),
+    );
+    set_condition(
+        &mut status.conditions,
+        Condition::new(
+            "Available",
+            false,
+            "DeletionInProgress",
+            "Removing Ferrovirt",
+        ),
+    );
+    patch_status(ctx, kv, status).await?;
+
+    // 1. The workload CRDs, which deletes every VM and VMI; wait until they are gone.
+    let crds: Api<CustomResourceDefinition> = Api::all(ctx.client.clone());
+    let mut remaining = 0;
+    for name in install::workload_crds() {
+        let crd = crds
+            .get_opt(&name)
+            .await
+            .map_err(kube_error("reading", "CRD", &name))?;
+        if let Some(crd) = crd {
+            remaining += 1;
+            if crd.metadata.deletion_timestamp.is_none() {
+                log::info!("deleting CRD {name}");
+                delete(
+                    &ctx.client,
+                    &json!({"kind": "CustomResourceDefinition", "metadata": {"name": name}}),
+                )
+                .await?;
+            }
+        }
+    }
+    if remaining > 0 {
+        return Ok(Action::requeue(Duration::from_secs(2)));
+    }
+    // 2. Everything else, in the reverse order of install.
+    let cfg = install::install_config(kv, &ctx.namespace, &ctx.image);
+    let plan = certs::plan(
+        &ctx.namespace,
+        &BTreeMap::new(),
+        None,
+        now_unix(),
+        ctx.lifetimes,
+    )?;
+    let mut objects = install::desired(&cfg, &plan, "")?;
+    objects.reverse();
+    for object in &objects {
+        delete(&ctx.client, object).await?;
+    }
+    // 3. The finalizer.
+    let api: Api<KubeVirt> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let finalizers: Vec<String> = kv
+        .finalizers()
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .cloned()
+        .collect();
+    let patch = json!({"metadata": {"finalizers": finalizers,
+                                     "resourceVersion": kv.resource_version()}});
+    api.patch(
+        &kv.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(patch),
+    )
+    .await
+    .map_err(kube_error(
+        "removing the finalizer of",
+        "KubeVirt",
+        &kv.name_any(),
+    ))?;
+    log::info!("Ferrovirt removed");
+    Ok(Action::await_change())
+}
+
+pub async fn reconcile(kv: Arc<KubeVirt>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if kv.metadata.deletion_timestamp.is_some() {
+        return uninstall(&kv, &ctx).await;
+    }
+    if !kv.finalizers().iter().any(|f| f == FINALIZER) {
+        add_finalizer(&ctx, &kv).await?;
+        // The change brings the CR back.
+        return Ok(Action::await_change());
+    }
+    deploy(&kv, &ctx).await
+}
+
+fn error_policy(kv: Arc<KubeVirt>, error: &Error, _: Arc<Context>) -> Action {
+    let conflict = matches!(error, Error::Kube { source, .. } if matches!(**source, kube::Error::Api(ref e) if e.code == 409));
+    if conflict {
+        return Action::requeue(Duration::from_millis(500));
+    }
+    let mut chain = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(e) = source {
+        chain.push_str(": ");
+        chain.push_str(&e.to_string());
+        source = e.source();
+    }
+    log::warn!("{}: {chain}", kv.name_any());
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Every kind of child, watched by the operator's label; a change to any maps to every CR.
+macro_rules! watch_children {
+    ($controller:expr, $client:expr, $ns:expr, $store:expr, [$($ty:ty: $scope:ident),* $(,)?]) => {{
+        let mut c = $controller;
+        $(
+            let store = $store.clone();
+            let api: Api<$ty> = watch_children!(@api $scope, $client, $ns);
+            c = c.watches(
+                api,
+                watcher::Config::default().labels(install::MANAGED_SELECTOR),
+                move |_| {
+                    store
+                        .state()
+                        .iter()
+                        .map(|kv| ObjectRef::from_obj(&**kv))
+                        .collect::<Vec<_>>()
+                },
+            );
+        )*
+        c
+    }};
+    (@api all, $client:expr, $ns:expr) => { Api::all($client.clone()) };
+    (@api ns, $client:expr, $ns:expr) => { Api::namespaced($client.clone(), $ns) };
+}
+
+/// Runs the controller until a shutdown signal.
+pub async fn run(ctx: Arc<Context>) {
+    use k8s_openapi::api::admissionregistration::v1::{
+        MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+    };
+    use k8s_openapi::api::core::v1::{Service, ServiceAccount};
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+
+    let client = ctx.client.clone();
+    let ns = ctx.namespace.clone();
+    let controller = Controller::new(
+        Api::<KubeVirt>::namespaced(client.clone(), &ns),
+        watcher::Config::default(),
+    );
+    let store = controller.store();
+    let controller = watch_children!(controller, client, &ns, store, [
+        Deployment: ns, DaemonSet: ns, Service: ns, ServiceAccount: ns, Secret: ns,
+        ConfigMap: ns, Role: ns, RoleBinding: all, ClusterRole: all, ClusterRoleBinding: all,
+        APIService: all, MutatingWebhookConfiguration: all, ValidatingWebhookConfiguration: all,
+        CustomResourceDefinition: all,
+    ]);
+    controller
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| {
+            if let Err(e) = result {
+                log::debug!("reconcile: {e}");
+            }
+            futures::future::ready(())
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifests::InstallConfig;
+
+    fn cfg(tag: &str) -> InstallConfig {
+        InstallConfig {
+            image_tag: tag.into(),
+            ..InstallConfig::default()
+        }
+    }
+
+    fn condition<'a>(s: &'a KubeVirtStatus, t: &str) -> &'a Condition {
+        api::condition::find(&s.conditions, t).unwrap()
+    }
+
+    #[test]
+    fn a_new_install_is_deploying_then_deployed() {
+        let s = next_status(
+            &KubeVirtStatus::default(),
+            Some(1),
+            &cfg("v1"),
+            "v1",
+            Readiness::default(),
+        );
+        assert_eq!(s.phase, Some(KubeVirtPhase::Deploying));
+        assert!(!condition(&s, "Available").is_true());
+        assert!(condition(&s, "Progressing").is_true());
+        assert!(!condition(&s, "Degraded").is_true());
+        assert_eq!(s.target_kube_virt_version.as_deref(), Some("v1"));
+        assert_eq!(s.observed_kube_virt_version, None);
+
+        let done = Readiness {
+            available: true,
+            updated: true,
+        };
+        let s2 = next_status(&s, Some(1), &cfg("v1"), "v1", done);
+        assert_eq!(s2.phase, Some(KubeVirtPhase::Deployed));
+        assert!(condition(&s2, "Available").is_true());
+        assert!(!condition(&s2, "Progressing").is_true());
+        assert_eq!(s2.observed_kube_virt_version.as_deref(), Some("v1"));
+        assert_eq!(
+            s2.observed_kube_virt_registry.as_deref(),
+            Some("registry:5000/ferrovirt")
+        );
+        assert_eq!(s2.observed_generation, Some(1));
+        // Nothing changes on the next look: no status write, no reconcile loop.
+        assert_eq!(next_status(&s2, Some(1), &cfg("v1"), "v1", done), s2);
+    }
+
+    #[test]
+    fn an_upgrade_stays_available_while_it_progresses() {
+        let done = Readiness {
+            available: true,
+            updated: true,
+        };
+        let v1 = next_status(&KubeVirtStatus::default(), Some(1), &cfg("v1"), "v1", done);
+        let rolling = Readiness {
+            available: true,
+            updated: false,
+        };
+        let s = next_status(&v1, Some(1), &cfg("v2"), "v2", rolling);
+        assert_eq!(s.phase, Some(KubeVirtPhase::Deploying));
+        assert!(condition(&s, "Available").is_true());
+        assert_eq!(
+            condition(&s, "Available").last_transition_time,
+            condition(&v1, "Available").last_transition_time
+        );
+        assert!(condition(&s, "Progressing").is_true());
+        assert_eq!(s.observed_kube_virt_version.as_deref(), Some("v1"));
+        assert_eq!(s.target_kube_virt_version.as_deref(), Some("v2"));
+        assert_eq!(s.operator_version.as_deref(), Some("v2"));
+    }
+
+    #[test]
+    fn every_kind_of_the_install_has_an_api_resource() {
+        let plan = certs::plan(
+            "kubevirt",
+            &BTreeMap::new(),
+            None,
+            1_800_000_000,
+            Lifetimes::default(),
+        )
+        .unwrap();
+        for object in install::desired(&InstallConfig::default(), &plan, "t").unwrap() {
+            let kind = object["kind"].as_str().unwrap();
+            let (resource, _) = api_resource(kind).unwrap_or_else(|| panic!("{kind}"));
+            assert_eq!(resource.api_version, object["apiVersion"], "{kind}");
+        }
+    }
+}
