@@ -8,6 +8,7 @@ pub mod context;
 mod error;
 pub mod lease;
 pub mod metrics;
+pub mod migration;
 pub mod node;
 pub mod pod;
 pub mod run;

@@ -55,14 +55,30 @@ pub async fn run_controllers(client: Client, base: ClusterConfig) {
         watcher::Config::default(),
     )
     .shutdown_on_signal()
-    .run(vm::reconcile::reconcile, error_policy, ctx)
+    .run(vm::reconcile::reconcile, error_policy, ctx.clone())
     .for_each(|result| {
         if let Err(e) = result {
             log::debug!("vm reconcile: {e}");
         }
         futures::future::ready(())
     });
-    futures::join!(vmi_controller, vm_controller);
+    let migration_controller = Controller::new(
+        Api::<api::VirtualMachineInstanceMigration>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .shutdown_on_signal()
+    .run(
+        crate::migration::reconcile::reconcile,
+        error_policy,
+        ctx.clone(),
+    )
+    .for_each(|result| {
+        if let Err(e) = result {
+            log::debug!("migration reconcile: {e}");
+        }
+        futures::future::ready(())
+    });
+    futures::join!(vmi_controller, vm_controller, migration_controller);
 }
 
 /// Retries soon on conflicts (another writer won the race), later on other errors.

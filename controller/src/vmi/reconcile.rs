@@ -33,6 +33,12 @@ pub async fn reconcile(
         .list(&ListParams::default().labels(&format!("{CREATED_BY_LABEL}={uid}")))
         .await?
         .items;
+    // While the VMI migrates its target Pod is not yet its launcher (nor, after, the source's).
+    let owned = if vmi.metadata.deletion_timestamp.is_none() {
+        crate::migration::visible_pods(&vmi, owned)
+    } else {
+        owned
+    };
     let plan = plan(&vmi, &owned, Timestamp::now());
     let old_phase = vmi.status.as_ref().and_then(|s| s.phase);
 

@@ -1,0 +1,491 @@
+//! One pass over a `VirtualMachineInstanceMigration`: read the VMI and the target Pod, move
+//! the phase on, write the VMI's `migrationState` and the migration's status.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use api::migration::{
+    MigrationPhase, MigrationPhaseTransitionTimestamp, VirtualMachineInstanceMigration,
+    VirtualMachineInstanceMigrationStatus,
+};
+use api::vmi::{set_condition, MigrationState};
+use api::{VirtualMachineInstance, VmiPhase};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use super::plan::{check_migratable, migratable_condition, over_limits, render_target_pod};
+use super::{FINALIZER, MIGRATION_TARGET_NODE_LABEL};
+use crate::context::Context;
+use crate::vmi::reconcile::NODE_LABEL;
+use crate::Error;
+
+const POLL: Duration = Duration::from_secs(1);
+
+fn now() -> Time {
+    Time(Timestamp::now())
+}
+
+pub async fn reconcile(
+    migration: Arc<VirtualMachineInstanceMigration>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let namespace = migration.namespace().ok_or(Error::NotNamespaced)?;
+    let uid = migration.uid().ok_or(Error::NoUid)?;
+    let migrations: Api<VirtualMachineInstanceMigration> =
+        Api::namespaced(ctx.client.clone(), &namespace);
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(ctx.client.clone(), &namespace);
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    let status = migration.status.clone().unwrap_or_default();
+    let phase = status.phase.unwrap_or(MigrationPhase::Pending);
+    let vmi_name = migration.spec.vmi_name.clone().unwrap_or_default();
+    let vmi = vmis.get_opt(&vmi_name).await?;
+    let ours = |vmi: &VirtualMachineInstance| {
+        vmi.status
+            .as_ref()
+            .and_then(|s| s.migration_state.as_ref())
+            .and_then(|s| s.migration_uid.as_deref())
+            == Some(uid.as_str())
+    };
+
+    if migration.metadata.deletion_timestamp.is_some() {
+        if !phase.is_final() {
+            if let Some(vmi) = vmi.as_ref().filter(|v| ours(v)) {
+                let reason = "cancelled: the migration object was deleted";
+                patch_vmi_state(
+                    &vmis,
+                    vmi,
+                    json!({"abortRequested": true, "failed": true, "failureReason": reason,
+                           "endTimestamp": now()}),
+                )
+                .await?;
+                delete_target_pod(&pods, vmi).await?;
+                ctx.event(vmi, true, "MigrationCancelled", reason.into())
+                    .await;
+            }
+        }
+        let finalizers: Vec<String> = migration
+            .finalizers()
+            .iter()
+            .filter(|f| *f != FINALIZER)
+            .cloned()
+            .collect();
+        if finalizers.len() != migration.finalizers().len() {
+            let patch = json!({"metadata": {"finalizers": finalizers}});
+            migrations
+                .patch(
+                    &migration.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await?;
+        }
+        return Ok(Action::await_change());
+    }
+    if phase.is_final() {
+        return Ok(Action::await_change());
+    }
+    if !migration.finalizers().iter().any(|f| f == FINALIZER) {
+        let mut finalizers = migration.finalizers().to_vec();
+        finalizers.push(FINALIZER.into());
+        let patch = json!({"metadata": {"finalizers": finalizers}});
+        migrations
+            .patch(
+                &migration.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+        return Ok(Action::requeue(Duration::from_millis(100)));
+    }
+
+    let Some(vmi) = vmi else {
+        set_phase(
+            &migrations,
+            &migration,
+            MigrationPhase::Failed,
+            None,
+            Some(format!("VMI {vmi_name} does not exist")),
+        )
+        .await?;
+        return Ok(Action::await_change());
+    };
+    let vmi_status = vmi.status.clone().unwrap_or_default();
+    let state = vmi_status.migration_state.clone().filter(|_| ours(&vmi));
+
+    if phase == MigrationPhase::Pending {
+        if vmi_status.phase != Some(VmiPhase::Running) {
+            let why = format!("VMI {vmi_name} is not running");
+            set_phase(
+                &migrations,
+                &migration,
+                MigrationPhase::Failed,
+                None,
+                Some(why),
+            )
+            .await?;
+            return Ok(Action::await_change());
+        }
+        // Is it migratable? Say so on the VMI either way.
+        let mut modes = BTreeMap::new();
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &namespace);
+        for volume in &vmi.spec.volumes {
+            if let Some(pvc) = &volume.persistent_volume_claim {
+                if let Some(claim) = claims.get_opt(&pvc.claim_name).await? {
+                    let access = claim.spec.and_then(|s| s.access_modes).unwrap_or_default();
+                    modes.insert(pvc.claim_name.clone(), access);
+                }
+            }
+        }
+        let migratable = check_migratable(&vmi, &modes);
+        let condition = migratable_condition(&migratable);
+        let known = vmi_status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "LiveMigratable");
+        if known.map(|c| (&c.status, &c.reason, &c.message))
+            != Some((&condition.status, &condition.reason, &condition.message))
+        {
+            let mut updated = vmi.clone();
+            set_condition(
+                updated.status.get_or_insert_with(Default::default),
+                condition,
+            );
+            vmis.replace_status(&vmi_name, &PostParams::default(), &updated)
+                .await?;
+        }
+        if let Err(not) = migratable {
+            ctx.event(migration.as_ref(), true, not.reason, not.message.clone())
+                .await;
+            set_phase(
+                &migrations,
+                &migration,
+                MigrationPhase::Failed,
+                None,
+                Some(not.message),
+            )
+            .await?;
+            return Ok(Action::await_change());
+        }
+        let busy = vmi_status
+            .migration_state
+            .as_ref()
+            .is_some_and(|s| s.completed != Some(true) && s.failed != Some(true));
+        if busy {
+            return Ok(Action::requeue(Duration::from_secs(2)));
+        }
+        let source_node = vmi_status.node_name.clone().unwrap_or_default();
+        let all = Api::<VirtualMachineInstanceMigration>::all(ctx.client.clone())
+            .list(&ListParams::default())
+            .await?;
+        let mut running_sources = Vec::new();
+        for other in all.items.iter().filter(|m| m.uid() != Some(uid.clone())) {
+            let p = other.status.as_ref().and_then(|s| s.phase);
+            if p.is_some_and(|p| p != MigrationPhase::Pending && !p.is_final()) {
+                let source = other
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.migration_state.as_ref())
+                    .and_then(|s| s.source_node.clone())
+                    .unwrap_or_default();
+                running_sources.push(source);
+            }
+        }
+        if let Some(wait) = over_limits(&running_sources, &source_node) {
+            log::info!("migration {}: waiting: {wait}", migration.name_any());
+            set_phase(&migrations, &migration, MigrationPhase::Pending, None, None).await?;
+            return Ok(Action::requeue(Duration::from_secs(3)));
+        }
+        let pod =
+            render_target_pod(&vmi, &ctx.config(), &uid, &source_node).map_err(Error::Render)?;
+        let created = pods.create(&PostParams::default(), &pod).await?;
+        let source_pod = vmi_status
+            .active_pods
+            .as_ref()
+            .and_then(|active| active.iter().find(|(_, node)| **node == source_node))
+            .map(|(pod_uid, _)| pod_uid.clone());
+        let source_pod = match source_pod {
+            Some(pod_uid) => pods
+                .list(&ListParams::default().labels(&format!(
+                    "kubevirt.io/created-by={}",
+                    vmi.uid().unwrap_or_default()
+                )))
+                .await?
+                .items
+                .into_iter()
+                .find(|p| p.metadata.uid.as_deref() == Some(pod_uid.as_str()))
+                .and_then(|p| p.metadata.name),
+            None => None,
+        };
+        let state = MigrationState {
+            migration_uid: Some(uid.clone()),
+            source_node: Some(source_node.clone()),
+            source_pod,
+            target_pod: created.metadata.name.clone(),
+            start_timestamp: Some(now()),
+            ..MigrationState::default()
+        };
+        let mut updated = vmi.clone();
+        let s = updated.status.get_or_insert_with(Default::default);
+        s.migration_state = Some(state.clone());
+        s.migration_method = Some(
+            if vmi
+                .spec
+                .volumes
+                .iter()
+                .any(|v| v.container_disk.is_some() || v.empty_disk.is_some())
+            {
+                "BlockMigration".into()
+            } else {
+                "LiveMigration".into()
+            },
+        );
+        vmis.replace_status(&vmi_name, &PostParams::default(), &updated)
+            .await?;
+        ctx.event(
+            &vmi,
+            false,
+            "PreparingTarget",
+            format!(
+                "migration {}: target Pod {} created",
+                migration.name_any(),
+                created.name_any()
+            ),
+        )
+        .await;
+        set_phase(
+            &migrations,
+            &migration,
+            MigrationPhase::Scheduling,
+            Some(state),
+            None,
+        )
+        .await?;
+        return Ok(Action::requeue(POLL));
+    }
+
+    let Some(state) = state else {
+        set_phase(
+            &migrations,
+            &migration,
+            MigrationPhase::Failed,
+            None,
+            Some("the VMI no longer records this migration".into()),
+        )
+        .await?;
+        return Ok(Action::await_change());
+    };
+    if state.failed == Some(true) {
+        delete_target_pod(&pods, &vmi).await?;
+        let _ = remove_target_label(&vmis, &vmi).await;
+        let why = state.failure_reason.clone();
+        set_phase(
+            &migrations,
+            &migration,
+            MigrationPhase::Failed,
+            Some(state),
+            why,
+        )
+        .await?;
+        return Ok(Action::await_change());
+    }
+    if state.completed == Some(true) {
+        let target = state.target_node.clone().unwrap_or_default();
+        let mut updated = vmi.clone();
+        let s = updated.status.get_or_insert_with(Default::default);
+        if s.node_name.as_deref() != Some(target.as_str()) {
+            s.node_name = Some(target.clone());
+            s.interfaces.iter_mut().for_each(|i| {
+                i.ip_address = None;
+                i.ip_addresses.clear();
+            });
+            vmis.replace_status(&vmi_name, &PostParams::default(), &updated)
+                .await?;
+            let patch = json!({"metadata": {"labels": {NODE_LABEL: target, MIGRATION_TARGET_NODE_LABEL: null}}});
+            vmis.patch(&vmi_name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+        }
+        if let Some(source) = &state.source_pod {
+            match pods.delete(source, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        ctx.event(
+            &vmi,
+            false,
+            "Migrated",
+            format!(
+                "the VMI migrated from {} to {target}",
+                state.source_node.clone().unwrap_or_default()
+            ),
+        )
+        .await;
+        set_phase(
+            &migrations,
+            &migration,
+            MigrationPhase::Succeeded,
+            Some(state),
+            None,
+        )
+        .await?;
+        return Ok(Action::await_change());
+    }
+
+    // Under way: follow the target Pod and the handlers.
+    let target_pod = match &state.target_pod {
+        Some(name) => pods.get_opt(name).await?,
+        None => None,
+    };
+    let pod_failed = match &target_pod {
+        None => Some("the target Pod is gone".to_string()),
+        Some(pod) if pod.metadata.deletion_timestamp.is_some() => {
+            Some("the target Pod is being deleted".to_string())
+        }
+        Some(pod) => match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
+            Some("Failed") | Some("Succeeded") => Some("the target Pod has ended".to_string()),
+            _ => None,
+        },
+    };
+    if let Some(why) = pod_failed {
+        // The source handler stops the stream when it sees this; the VM keeps running there.
+        patch_vmi_state(
+            &vmis,
+            &vmi,
+            json!({"failed": true, "failureReason": why, "endTimestamp": now()}),
+        )
+        .await?;
+        return Ok(Action::requeue(Duration::from_millis(200)));
+    }
+    let pod = target_pod.expect("checked above");
+    let pod_node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+    let pod_running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+    let mut state = state;
+    let next = match phase {
+        MigrationPhase::Scheduling if pod_node.is_some() => {
+            let node = pod_node.clone().unwrap_or_default();
+            patch_vmi_state(&vmis, &vmi, json!({"targetNode": node})).await?;
+            let patch = json!({"metadata": {"labels": {MIGRATION_TARGET_NODE_LABEL: node}}});
+            vmis.patch(&vmi_name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            state.target_node = pod_node.clone();
+            Some(MigrationPhase::Scheduled)
+        }
+        MigrationPhase::Scheduled if pod_running => Some(MigrationPhase::PreparingTarget),
+        MigrationPhase::PreparingTarget if state.target_node_address.is_some() => {
+            Some(MigrationPhase::TargetReady)
+        }
+        MigrationPhase::TargetReady if state.mode.is_some() => Some(MigrationPhase::Running),
+        _ => None,
+    };
+    if let Some(next) = next {
+        set_phase(&migrations, &migration, next, Some(state), None).await?;
+    } else if status.migration_state.as_ref() != Some(&state) {
+        set_phase(&migrations, &migration, phase, Some(state), None).await?;
+    }
+    Ok(Action::requeue(POLL))
+}
+
+/// Writes the migration's phase (with its transition time), its copy of the migration state,
+/// and, for Failed, the reason as a condition.
+async fn set_phase(
+    migrations: &Api<VirtualMachineInstanceMigration>,
+    migration: &VirtualMachineInstanceMigration,
+    phase: MigrationPhase,
+    state: Option<MigrationState>,
+    failure: Option<String>,
+) -> Result<(), Error> {
+    let mut status: VirtualMachineInstanceMigrationStatus =
+        migration.status.clone().unwrap_or_default();
+    if status.phase != Some(phase) {
+        status.phase = Some(phase);
+        status
+            .phase_transition_timestamps
+            .push(MigrationPhaseTransitionTimestamp {
+                phase,
+                phase_transition_timestamp: now(),
+            });
+        log::info!("migration {}: {phase:?}", migration.name_any());
+    }
+    if let Some(state) = state {
+        status.migration_state = Some(state);
+    }
+    if let Some(reason) = failure {
+        status.conditions.retain(|c| c.type_ != "Failed");
+        status.conditions.push(api::Condition::new(
+            "Failed",
+            true,
+            "MigrationFailed",
+            &reason,
+        ));
+        if let Some(state) = status.migration_state.as_mut() {
+            state.failed = Some(true);
+            state.failure_reason.get_or_insert(reason);
+        }
+    }
+    if Some(&status) == migration.status.as_ref() {
+        return Ok(());
+    }
+    let patch = json!({"status": status});
+    migrations
+        .patch_status(
+            &migration.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    Ok(())
+}
+
+async fn patch_vmi_state(
+    vmis: &Api<VirtualMachineInstance>,
+    vmi: &VirtualMachineInstance,
+    fields: serde_json::Value,
+) -> Result<(), Error> {
+    let patch = json!({"status": {"migrationState": fields}});
+    vmis.patch_status(
+        &vmi.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn delete_target_pod(pods: &Api<Pod>, vmi: &VirtualMachineInstance) -> Result<(), Error> {
+    let target = vmi
+        .status
+        .as_ref()
+        .and_then(|s| s.migration_state.as_ref())
+        .and_then(|s| s.target_pod.clone());
+    if let Some(name) = target {
+        match pods.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+async fn remove_target_label(
+    vmis: &Api<VirtualMachineInstance>,
+    vmi: &VirtualMachineInstance,
+) -> Result<(), Error> {
+    if vmi.labels().contains_key(MIGRATION_TARGET_NODE_LABEL) {
+        let patch = json!({"metadata": {"labels": {MIGRATION_TARGET_NODE_LABEL: null}}});
+        vmis.patch(
+            &vmi.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    }
+    Ok(())
+}
