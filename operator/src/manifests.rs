@@ -108,6 +108,12 @@ fn controller_rbac(cfg: &InstallConfig) -> Vec<Value> {
                  "resources": ["virtualmachines/status", "virtualmachineinstances/status", "virtualmachineinstances/finalizers"],
                  "verbs": ["get", "update", "patch"]},
                 {"apiGroups": ["kubevirt.io"], "resources": ["kubevirts"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": ["kubevirt.io"], "resources": ["virtualmachineinstancemigrations"],
+                 "verbs": ["get", "list", "watch", "update", "patch"]},
+                {"apiGroups": ["kubevirt.io"],
+                 "resources": ["virtualmachineinstancemigrations/status", "virtualmachineinstancemigrations/finalizers"],
+                 "verbs": ["get", "update", "patch"]},
+                {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "list", "watch"]},
                 {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete"]},
                 {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
                 {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
@@ -229,6 +235,8 @@ fn handler_daemonset(cfg: &InstallConfig) -> Value {
                             {"name": "host-cgroup", "mountPath": "/host/sys/fs/cgroup", "readOnly": true},
                             {"name": "device-plugins", "mountPath": "/var/lib/kubelet/device-plugins"},
                             {"name": "handler-token", "mountPath": "/etc/virt-handler/handler-token", "readOnly": true},
+                            // Mutual TLS of the migration stream between handlers.
+                            {"name": "server-certificates", "mountPath": "/etc/virt-handler/servercertificates", "readOnly": true},
                         ],
                     }],
                     "volumes": [
@@ -237,6 +245,8 @@ fn handler_daemonset(cfg: &InstallConfig) -> Value {
                         {"name": "device-plugins", "hostPath": {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"}},
                         // The token virt-api presents; the Secret is made at install time.
                         {"name": "handler-token", "secret": {"secretName": HANDLER_TOKEN_SECRET}},
+                        // Optional: without it virt-handler runs, and migrations fail saying so.
+                        {"name": "server-certificates", "secret": {"secretName": "kubevirt-virt-handler-server-certs", "optional": true}},
                     ],
                 },
             },
