@@ -180,6 +180,8 @@ pub async fn reconcile(
         .items
         .into_iter()
         .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        // After a migration the source Pod may still be running elsewhere: this node's Pod.
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(ctx.node.as_str()))
         .find_map(|p| p.status.and_then(|s| s.pod_ip));
     let observed = Observed {
         node: ctx.node.clone(),
