@@ -1,6 +1,6 @@
 #!/bin/sh
 # Builds the Ferrovirt test guests (freestanding x86-64 ELF kernels) with GNU as and ld.
-# Usage: build.sh OUTDIR   -> OUTDIR/{serial,blk,net,rng,counter,vsock,fault}.elf
+# Usage: build.sh OUTDIR   -> OUTDIR/{serial,blk,net,rng,counter,memtest,vsock,fault}.elf
 set -eu
 out=${1:?usage: build.sh OUTDIR}
 src=$(cd "$(dirname "$0")" && pwd)
@@ -11,7 +11,7 @@ fi
 mkdir -p "$out"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-for guest in serial blk net rng counter vsock fault; do
+for guest in serial blk net rng counter memtest vsock fault; do
     as --64 -I "$src" -o "$tmp/$guest.o" "$src/$guest.s"
     ld -m elf_x86_64 -nostdlib -static -z max-page-size=4096 --build-id=none --no-warn-rwx-segments \
         -T "$src/link.ld" -o "$tmp/$guest.elf" "$tmp/$guest.o"

@@ -92,6 +92,18 @@ else
     failed=$((failed + 1))
 fi
 
+# memtest runs until stopped: give it 3 seconds (timeout ends QEMU itself).
+timeout 3 qemu-system-x86_64 -M microvm -accel tcg -m 64M -nodefaults -no-user-config \
+    -nographic -serial stdio -no-reboot -kernel "$dir/memtest.elf" >"$tmp/memtest.out" 2>/dev/null || true
+if grep -q "^GEN 00000002 ok" "$tmp/memtest.out" && ! grep -q FAIL "$tmp/memtest.out"; then
+    echo "qemu-tcg memtest: ok ($(grep -c '^GEN' "$tmp/memtest.out") generations checked)"
+    passed=$((passed + 1))
+else
+    echo "qemu-tcg memtest: FAILED"
+    tail -n 5 "$tmp/memtest.out"
+    failed=$((failed + 1))
+fi
+
 # The fault guest triple-faults; with -no-reboot QEMU then exits with status 0.
 if timeout 60 qemu-system-x86_64 -M microvm -accel tcg -m 64M -nodefaults -no-user-config \
     -nographic -serial stdio -no-reboot -kernel "$dir/fault.elf" >"$tmp/fault.out" &&
