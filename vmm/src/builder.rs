@@ -14,8 +14,8 @@ use std::fs::{File, OpenOptions};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use crate::vstate::memory::GuestMemoryMmap;
 use kvm_ioctls::IoEventAddress;
-use vm_memory::GuestMemoryMmap;
 use vmm_sys_util::eventfd::EventFd;
 
 use crate::arch::boot_params::{write_zero_page, ZeroPageError};
@@ -100,8 +100,66 @@ fn irq_eventfd(vm: &Vm, irq: u32) -> Result<EventFd, StartVmError> {
     Ok(evt)
 }
 
+/// A VM with its memory, devices and buses, before its vCPUs exist: what booting and a
+/// migration target ([`crate::migration`]) have in common.
+pub(crate) struct Machine {
+    pub vm: Vm,
+    pub mem: GuestMemoryMmap,
+    pub control: Arc<RunControl>,
+    pub buses: (Arc<Bus>, Arc<Bus>),
+    pub serial: Arc<Mutex<SerialDevice>>,
+    pub i8042: Arc<Mutex<I8042>>,
+    pub virtio: Vec<Arc<Mutex<MmioTransport>>>,
+    pub virtio_slots: Vec<(u64, u32)>,
+    pub vcpu_count: u8,
+    console: Console,
+}
+
 /// Builds the VM described by `config` and starts its vCPUs.
 pub fn build_and_boot(config: &VmConfig) -> Result<Vmm, StartVmError> {
+    let machine = build_machine(config)?;
+    let mem = &machine.mem;
+    let kernel =
+        loader::load_kernel(mem, &config.payload.kernel).map_err(StartVmError::LoadKernel)?;
+    let initramfs = match &config.payload.initramfs {
+        Some(path) => Some(
+            loader::load_initramfs(mem, path, config.memory.size, kernel.end)
+                .map_err(StartVmError::LoadInitramfs)?,
+        ),
+        None => None,
+    };
+    let cmdline = loader::build_cmdline(&config.payload.cmdline, &machine.virtio_slots)
+        .map_err(StartVmError::Cmdline)?;
+    let cmdline_size = loader::write_cmdline(mem, &cmdline).map_err(StartVmError::Cmdline)?;
+    write_zero_page(
+        mem,
+        config.memory.size,
+        kernel.bzimage_header,
+        cmdline_size,
+        initramfs,
+    )
+    .map_err(StartVmError::ZeroPage)?;
+    write_boot_tables(mem).map_err(StartVmError::BootTables)?;
+
+    let vcpu_count = machine.vcpu_count;
+    let vcpus = (0..vcpu_count)
+        .map(|id| {
+            Vcpu::new(
+                &machine.vm,
+                id,
+                vcpu_count,
+                kernel.entry,
+                machine.buses.clone(),
+                machine.control.clone(),
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(StartVmError::Vcpu)?;
+    machine.start(vcpus)
+}
+
+/// Steps 1 to 4: memory, the KVM VM, legacy and virtio devices on their buses.
+pub(crate) fn build_machine(config: &VmConfig) -> Result<Machine, StartVmError> {
     config.validate().map_err(StartVmError::Validate)?;
 
     let mem = create_guest_memory(config.memory.size).map_err(StartVmError::Memory)?;
@@ -132,6 +190,7 @@ pub fn build_and_boot(config: &VmConfig) -> Result<Vmm, StartVmError> {
 
     let mut mmio = Bus::new();
     let mut virtio_slots = Vec::new();
+    let mut virtio = Vec::new();
     for device in virtio_devices(config)? {
         let index = virtio_slots.len() as u64;
         let base = VIRTIO_MMIO_START + index * VIRTIO_MMIO_SIZE;
@@ -139,62 +198,65 @@ pub fn build_and_boot(config: &VmConfig) -> Result<Vmm, StartVmError> {
         if irq > LAST_IRQ {
             return Err(StartVmError::TooManyDevices(irq));
         }
-        add_virtio_device(&vm, &mem, &mut mmio, device, base, irq)?;
+        virtio.push(add_virtio_device(&vm, &mem, &mut mmio, device, base, irq)?);
         virtio_slots.push((base, irq));
     }
+    Ok(Machine {
+        vm,
+        mem,
+        control,
+        buses: (Arc::new(pio), Arc::new(mmio)),
+        serial,
+        i8042,
+        virtio,
+        virtio_slots,
+        vcpu_count,
+        console,
+    })
+}
 
-    let kernel =
-        loader::load_kernel(&mem, &config.payload.kernel).map_err(StartVmError::LoadKernel)?;
-    let initramfs = match &config.payload.initramfs {
-        Some(path) => Some(
-            loader::load_initramfs(&mem, path, config.memory.size, kernel.end)
-                .map_err(StartVmError::LoadInitramfs)?,
-        ),
-        None => None,
-    };
-    let cmdline = loader::build_cmdline(&config.payload.cmdline, &virtio_slots)
-        .map_err(StartVmError::Cmdline)?;
-    let cmdline_size = loader::write_cmdline(&mem, &cmdline).map_err(StartVmError::Cmdline)?;
-    write_zero_page(
-        &mem,
-        config.memory.size,
-        kernel.bzimage_header,
-        cmdline_size,
-        initramfs,
-    )
-    .map_err(StartVmError::ZeroPage)?;
-    write_boot_tables(&mem).map_err(StartVmError::BootTables)?;
-
-    let buses = (Arc::new(pio), Arc::new(mmio));
-    let vcpus = (0..vcpu_count)
-        .map(|id| {
-            Vcpu::new(
-                &vm,
-                id,
-                vcpu_count,
-                kernel.entry,
-                buses.clone(),
-                control.clone(),
-            )
-        })
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(StartVmError::Vcpu)?;
-
-    console
-        .start_input(move |bytes| feed_input(&serial, bytes))
-        .map_err(StartVmError::Thread)?;
-    let mut threads = Vec::with_capacity(vcpus.len());
-    for vcpu in vcpus {
-        match vcpu.spawn() {
-            Ok(thread) => threads.push(thread),
-            Err(e) => {
-                control.request_exit(crate::lifecycle::VmExit::Error(format!("start vCPU: {e}")));
-                drop(Vmm::new(control, threads, i8042, vm, mem));
-                return Err(StartVmError::Thread(e));
+impl Machine {
+    /// Step 6: starts the console input and one thread per vCPU. The vCPUs run at once unless
+    /// a pause was requested on the machine's run control before (a paused migration source).
+    pub(crate) fn start(self, vcpus: Vec<Vcpu>) -> Result<Vmm, StartVmError> {
+        let serial = self.serial.clone();
+        self.console
+            .start_input(move |bytes| feed_input(&serial, bytes))
+            .map_err(StartVmError::Thread)?;
+        let fds = vcpus.iter().map(|v| v.fd()).collect();
+        let devices = crate::vmm::Devices {
+            serial: self.serial,
+            i8042: self.i8042,
+            virtio: self.virtio,
+        };
+        let mut threads = Vec::with_capacity(vcpus.len());
+        for vcpu in vcpus {
+            match vcpu.spawn() {
+                Ok(thread) => threads.push(thread),
+                Err(e) => {
+                    self.control
+                        .request_exit(crate::lifecycle::VmExit::Error(format!("start vCPU: {e}")));
+                    drop(Vmm::new(
+                        self.control,
+                        threads,
+                        fds,
+                        devices,
+                        self.vm,
+                        self.mem,
+                    ));
+                    return Err(StartVmError::Thread(e));
+                }
             }
         }
+        Ok(Vmm::new(
+            self.control,
+            threads,
+            fds,
+            devices,
+            self.vm,
+            self.mem,
+        ))
     }
-    Ok(Vmm::new(control, threads, i8042, vm, mem))
 }
 
 /// The configured virtio devices, opened, in slot order.
@@ -238,7 +300,7 @@ fn add_virtio_device(
     device: Box<dyn VirtioDevice>,
     base: u64,
     irq: u32,
-) -> Result<(), StartVmError> {
+) -> Result<Arc<Mutex<MmioTransport>>, StartVmError> {
     let notify = base + REG_QUEUE_NOTIFY;
     let mut queue_evts = Vec::new();
     for index in 0..device.queue_max_sizes().len() as u32 {
@@ -251,6 +313,8 @@ fn add_virtio_device(
     let interrupt = Arc::new(Interrupt::new(irq_eventfd(vm, irq)?));
     let transport = MmioTransport::new(device, mem.clone(), queue_evts, interrupt)
         .map_err(StartVmError::Transport)?;
-    mmio.insert(Arc::new(Mutex::new(transport)), base, VIRTIO_MMIO_SIZE)
-        .map_err(StartVmError::Bus)
+    let transport = Arc::new(Mutex::new(transport));
+    mmio.insert(transport.clone(), base, VIRTIO_MMIO_SIZE)
+        .map_err(StartVmError::Bus)?;
+    Ok(transport)
 }

@@ -17,5 +17,6 @@ pub mod console;
 pub mod devices;
 pub mod lifecycle;
 pub mod loader;
+pub mod migration;
 pub mod vmm;
 pub mod vstate;

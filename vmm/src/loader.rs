@@ -10,10 +10,11 @@ use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
+use crate::vstate::memory::GuestMemoryMmap;
 use linux_loader::cmdline::Cmdline;
 use linux_loader::loader::bootparam::setup_header;
 use linux_loader::loader::{load_cmdline, BzImage, Elf, KernelLoader};
-use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestAddress};
 
 use crate::arch::boot_params::InitramfsRange;
 use crate::arch::{ram_ranges, CMDLINE_MAX_SIZE, CMDLINE_START, HIMEM_START};
@@ -167,7 +168,7 @@ mod tests {
 
     #[test]
     fn missing_and_bad_kernels_are_errors() {
-        let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 16 << 20)]).unwrap();
+        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 16 << 20)]).unwrap();
         assert!(matches!(
             load_kernel(&mem, Path::new("/nonexistent/kernel")),
             Err(LoadKernelError::Open(..))

@@ -12,13 +12,15 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::vstate::memory::GuestMemoryMmap;
 use log::warn;
-use vm_memory::GuestMemoryMmap;
 use vmm_sys_util::signal::Killable;
 
 use crate::devices::legacy::i8042::I8042;
+use crate::devices::legacy::serial::SerialDevice;
+use crate::devices::virtio::mmio::MmioTransport;
 use crate::lifecycle::{Requested, RunControl, VmExit};
-use crate::vstate::vcpu::kick_signal;
+use crate::vstate::vcpu::{kick_signal, SharedVcpuFd};
 use crate::vstate::vm::Vm;
 
 /// How often a pending pause or stop re-kicks vCPUs that have not acknowledged it yet.
@@ -39,13 +41,21 @@ pub enum LifecycleError {
     NotRunning(VmExit),
 }
 
+/// The devices whose state a migration carries.
+pub(crate) struct Devices {
+    pub serial: Arc<Mutex<SerialDevice>>,
+    pub i8042: Arc<Mutex<I8042>>,
+    pub virtio: Vec<Arc<Mutex<MmioTransport>>>,
+}
+
 /// A built, running VM.
 pub struct Vmm {
-    control: Arc<RunControl>,
+    pub(crate) control: Arc<RunControl>,
     vcpus: Vec<JoinHandle<()>>,
-    i8042: Arc<Mutex<I8042>>,
+    pub(crate) vcpu_fds: Vec<SharedVcpuFd>,
+    pub(crate) devices: Devices,
     // Dropped after the vCPU threads have been joined (see Drop).
-    _vm: Vm,
+    pub(crate) vm: Vm,
     mem: GuestMemoryMmap,
 }
 
@@ -53,15 +63,17 @@ impl Vmm {
     pub(crate) fn new(
         control: Arc<RunControl>,
         vcpus: Vec<JoinHandle<()>>,
-        i8042: Arc<Mutex<I8042>>,
+        vcpu_fds: Vec<SharedVcpuFd>,
+        devices: Devices,
         vm: Vm,
         mem: GuestMemoryMmap,
     ) -> Self {
         Vmm {
             control,
             vcpus,
-            i8042,
-            _vm: vm,
+            vcpu_fds,
+            devices,
+            vm,
             mem,
         }
     }
@@ -126,7 +138,8 @@ impl Vmm {
 
     /// Asks the guest to shut down (ctrl-alt-del on the i8042).
     pub fn request_shutdown(&self) {
-        self.i8042
+        self.devices
+            .i8042
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .ctrl_alt_del();

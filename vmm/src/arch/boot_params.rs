@@ -2,8 +2,9 @@
 //! and handed to the kernel in `rsi`: the bzImage setup header (or a minimal one for ELF
 //! kernels), the command line pointer, the initramfs and the e820 memory map.
 
+use crate::vstate::memory::GuestMemoryMmap;
 use linux_loader::loader::bootparam::{boot_e820_entry, boot_params, setup_header};
-use vm_memory::{Bytes, GuestAddress, GuestMemoryError, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryError};
 
 use super::{ram_ranges, CMDLINE_START, EBDA_START, HIMEM_START, ZERO_PAGE_START};
 
@@ -87,7 +88,7 @@ mod tests {
     #[test]
     fn e820_and_header() {
         let size = 64 << 20;
-        let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), size)]).unwrap();
+        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), size)]).unwrap();
         let initramfs = InitramfsRange {
             address: 0x300_0000,
             size: 0x1000,

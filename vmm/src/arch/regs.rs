@@ -2,8 +2,9 @@
 //! segment, control and general registers as a 64-bit kernel expects them (Linux's 64-bit boot
 //! protocol: paging on, flat segments, `rsi` = zero page).
 
+use crate::vstate::memory::GuestMemoryMmap;
 use kvm_bindings::{kvm_fpu, kvm_regs, kvm_segment, kvm_sregs};
-use vm_memory::{Bytes, GuestAddress, GuestMemoryError, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryError};
 
 use super::{BOOT_STACK_POINTER, GDT_START, IDT_START, PML4_START, ZERO_PAGE_START};
 
@@ -120,7 +121,7 @@ mod tests {
 
     #[test]
     fn tables_and_segments() {
-        let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 1 << 20)]).unwrap();
+        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 1 << 20)]).unwrap();
         write_boot_tables(&mem).unwrap();
         let pde: u64 = mem.read_obj(GuestAddress(PML4_START + 0x2000 + 8)).unwrap();
         assert_eq!(pde, (1 << 21) | 0x83);
@@ -130,7 +131,7 @@ mod tests {
         assert_eq!(sregs.cs.type_, 0xb);
         assert_eq!(sregs.ds.db, 1);
         assert_eq!(sregs.efer & EFER_LMA, EFER_LMA);
-        let small = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 0x1000)]).unwrap();
+        let small = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x1000)]).unwrap();
         assert!(write_boot_tables(&small).is_err());
     }
 }

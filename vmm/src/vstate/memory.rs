@@ -1,12 +1,23 @@
-//! Guest memory: anonymous mappings for the RAM ranges of the x86_64 layout, and the one unsafe
-//! step of handing them to KVM as memory slots.
+//! Guest memory: anonymous mappings for the RAM ranges of the x86_64 layout, the one unsafe
+//! step of handing them to KVM as memory slots, and dirty-page tracking for live migration.
+//!
+//! Two sources of dirty pages: KVM logs the pages vCPUs write once a slot has
+//! `KVM_MEM_LOG_DIRTY_PAGES` ([`set_dirty_logging`], read and cleared with `KVM_GET_DIRTY_LOG`),
+//! and every write the VMM itself makes through vm-memory (device emulation: used rings, blk
+//! reads, net and vsock RX, rng) marks the region's [`AtomicBitmap`]. [`take_dirty_pages`] reads
+//! and clears both and returns their union.
 
-use kvm_bindings::kvm_userspace_memory_region;
+use kvm_bindings::{kvm_userspace_memory_region, KVM_MEM_LOG_DIRTY_PAGES};
 use kvm_ioctls::VmFd;
-use vm_memory::{
-    GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion,
-    GuestRegionCollectionError,
-};
+use vm_memory::bitmap::AtomicBitmap;
+use vm_memory::{GuestAddress, GuestMemoryBackend, GuestMemoryRegion, GuestRegionCollectionError};
+
+/// Guest memory as the whole VMM uses it: mmap'ed regions whose bitmaps record the pages the VMM
+/// writes (one bit per 4 KiB page).
+pub type GuestMemoryMmap = vm_memory::GuestMemoryMmap<AtomicBitmap>;
+
+/// Page size of guest memory tracking and migration.
+pub const PAGE_SIZE: u64 = 4096;
 
 use crate::arch::ram_ranges;
 
@@ -42,6 +53,56 @@ pub fn create_guest_memory(size: u64) -> Result<GuestMemoryMmap, MemoryError> {
 
 /// Registers every region of `mem` with KVM, one slot each.
 pub fn register_with_kvm(vm: &VmFd, mem: &GuestMemoryMmap) -> Result<(), MemoryError> {
+    set_slots(vm, mem, 0)
+}
+
+/// Turns KVM's dirty-page logging on or off for every slot (re-registers the slots with or
+/// without `KVM_MEM_LOG_DIRTY_PAGES`). Turning it on also clears the VMM's own dirty bitmaps, so
+/// both sources start from "nothing written".
+pub fn set_dirty_logging(vm: &VmFd, mem: &GuestMemoryMmap, on: bool) -> Result<(), MemoryError> {
+    if on {
+        for region in mem.iter() {
+            own_bitmap(region).reset();
+        }
+    }
+    set_slots(vm, mem, if on { KVM_MEM_LOG_DIRTY_PAGES } else { 0 })
+}
+
+/// Reading the dirty pages failed.
+#[derive(Debug, thiserror::Error)]
+#[error("KVM_GET_DIRTY_LOG for slot {slot}")]
+pub struct DirtyLogError {
+    pub slot: u32,
+    #[source]
+    pub source: kvm_ioctls::Error,
+}
+
+/// The pages written since the last call (or since [`set_dirty_logging`] turned logging on), by
+/// vCPUs (KVM's log) or by the VMM (the regions' bitmaps), one bitmap per region in region
+/// order: bit `i` of word `w` is page `w * 64 + i` of the region. Both logs are cleared.
+pub fn take_dirty_pages(vm: &VmFd, mem: &GuestMemoryMmap) -> Result<Vec<Vec<u64>>, DirtyLogError> {
+    let mut all = Vec::new();
+    for (slot, region) in mem.iter().enumerate() {
+        let slot = slot as u32;
+        let mut kvm = vm
+            .get_dirty_log(slot, region.len() as usize)
+            .map_err(|source| DirtyLogError { slot, source })?;
+        let own = own_bitmap(region).get_and_reset();
+        for (word, extra) in kvm.iter_mut().zip(own) {
+            *word |= extra;
+        }
+        all.push(kvm);
+    }
+    Ok(all)
+}
+
+/// The VMM's dirty bitmap of a region (the mapping's, not the slice view `GuestMemoryRegion`
+/// gives).
+fn own_bitmap(region: &vm_memory::GuestRegionMmap<AtomicBitmap>) -> &AtomicBitmap {
+    std::ops::Deref::deref(region).bitmap()
+}
+
+fn set_slots(vm: &VmFd, mem: &GuestMemoryMmap, flags: u32) -> Result<(), MemoryError> {
     for (slot, region) in mem.iter().enumerate() {
         let slot = slot as u32;
         let host = region
@@ -49,7 +110,7 @@ pub fn register_with_kvm(vm: &VmFd, mem: &GuestMemoryMmap) -> Result<(), MemoryE
             .map_err(|_| MemoryError::TooLarge(region.len()))?;
         let memory_region = kvm_userspace_memory_region {
             slot,
-            flags: 0,
+            flags,
             guest_phys_addr: region.start_addr().0,
             memory_size: region.len(),
             userspace_addr: host as u64,

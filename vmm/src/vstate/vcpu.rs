@@ -5,8 +5,11 @@
 //! entry failures, internal errors) are recorded in the shared [`RunControl`]. Before every
 //! `KVM_RUN` the thread checks the requested state and parks (pause) or returns (stop); a
 //! signal ([`kick_signal`]) interrupts a `KVM_RUN` in progress.
+//!
+//! The vCPU fd sits behind a mutex the thread holds only around `KVM_RUN`: once the VM is paused
+//! (every vCPU parked), the VMM locks the fds to read or write the vCPUs' state (migration).
 
-use std::sync::{Arc, Once};
+use std::sync::{Arc, Mutex, MutexGuard, Once};
 use std::thread::JoinHandle;
 
 use kvm_bindings::{KVM_MAX_CPUID_ENTRIES, KVM_SYSTEM_EVENT_RESET, KVM_SYSTEM_EVENT_SHUTDOWN};
@@ -52,10 +55,18 @@ pub enum ConfigureVcpuError {
     SetLapic(#[source] kvm_ioctls::Error),
 }
 
+/// A vCPU fd shared between its thread and the VMM.
+pub type SharedVcpuFd = Arc<Mutex<VcpuFd>>;
+
+/// Locks a vCPU fd; a poisoned lock (a panicked vCPU thread) still yields the fd.
+pub fn lock_vcpu(fd: &SharedVcpuFd) -> MutexGuard<'_, VcpuFd> {
+    fd.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// One configured vCPU and what its run loop routes exits to.
 pub struct Vcpu {
     pub id: u8,
-    fd: VcpuFd,
+    fd: SharedVcpuFd,
     pio: Arc<Bus>,
     mmio: Arc<Bus>,
     control: Arc<RunControl>,
@@ -71,6 +82,20 @@ impl Vcpu {
         buses: (Arc<Bus>, Arc<Bus>),
         control: Arc<RunControl>,
     ) -> Result<Vcpu, ConfigureVcpuError> {
+        let vcpu = Vcpu::create(vm, id, count, buses, control)?;
+        vcpu.configure_boot(entry)?;
+        Ok(vcpu)
+    }
+
+    /// Creates vCPU `id` of `count` with its CPUID set and nothing else (a migration target then
+    /// sets the source's state).
+    pub fn create(
+        vm: &Vm,
+        id: u8,
+        count: u8,
+        buses: (Arc<Bus>, Arc<Bus>),
+        control: Arc<RunControl>,
+    ) -> Result<Vcpu, ConfigureVcpuError> {
         let fd = vm
             .fd
             .create_vcpu(u64::from(id))
@@ -82,7 +107,23 @@ impl Vcpu {
         cpuid::filter(&mut cpuid, id, count);
         fd.set_cpuid2(&cpuid)
             .map_err(ConfigureVcpuError::SetCpuid)?;
+        Ok(Vcpu {
+            id,
+            fd: Arc::new(Mutex::new(fd)),
+            pio: buses.0,
+            mmio: buses.1,
+            control,
+        })
+    }
 
+    /// The fd, shared with the VMM.
+    pub fn fd(&self) -> SharedVcpuFd {
+        self.fd.clone()
+    }
+
+    /// Boot MSRs, long mode, registers at `entry`, FPU, LAPIC LINT0/LINT1.
+    fn configure_boot(&self, entry: u64) -> Result<(), ConfigureVcpuError> {
+        let fd = lock_vcpu(&self.fd);
         let msrs = msr::boot_msrs().map_err(ConfigureVcpuError::BuildMsrs)?;
         let set = fd.set_msrs(&msrs).map_err(ConfigureVcpuError::SetMsrs)?;
         if set != msrs.as_slice().len() {
@@ -104,14 +145,7 @@ impl Vcpu {
         set_lapic_reg(&mut lapic.regs, APIC_LVT0, APIC_MODE_EXTINT);
         set_lapic_reg(&mut lapic.regs, APIC_LVT1, APIC_MODE_NMI);
         fd.set_lapic(&lapic).map_err(ConfigureVcpuError::SetLapic)?;
-
-        Ok(Vcpu {
-            id,
-            fd,
-            pio: buses.0,
-            mmio: buses.1,
-            control,
-        })
+        Ok(())
     }
 
     /// Starts the vCPU thread.
@@ -151,7 +185,9 @@ impl Vcpu {
 
     /// One `KVM_RUN`; returns why the VM must stop, if it must.
     fn run_once(&mut self) -> Option<VmExit> {
-        match self.fd.run() {
+        let shared = self.fd.clone();
+        let mut fd = lock_vcpu(&shared);
+        match fd.run() {
             Ok(VcpuExit::IoIn(port, data)) => {
                 if !self.pio.read(u64::from(port), data) {
                     data.fill(0xff);
@@ -188,7 +224,7 @@ impl Vcpu {
                 self.id
             ))),
             Ok(VcpuExit::InternalError) => {
-                let suberror = self.internal_error_suberror();
+                let suberror = internal_error_suberror(&mut fd);
                 Some(VmExit::Error(format!(
                     "vcpu{}: KVM internal error, suberror {suberror} (1: instruction emulation failed)",
                     self.id
@@ -205,13 +241,13 @@ impl Vcpu {
             }
         }
     }
+}
 
-    fn internal_error_suberror(&mut self) -> u32 {
-        let run = self.fd.get_kvm_run();
-        // SAFETY: called right after KVM_RUN returned KVM_EXIT_INTERNAL_ERROR, so `internal` is
-        // the member of the exit union KVM filled in; it is plain integers.
-        unsafe { run.__bindgen_anon_1.internal.suberror }
-    }
+fn internal_error_suberror(fd: &mut VcpuFd) -> u32 {
+    let run = fd.get_kvm_run();
+    // SAFETY: called right after KVM_RUN returned KVM_EXIT_INTERNAL_ERROR, so `internal` is
+    // the member of the exit union KVM filled in; it is plain integers.
+    unsafe { run.__bindgen_anon_1.internal.suberror }
 }
 
 fn set_lapic_reg(regs: &mut [libc::c_char; 1024], offset: usize, value: u32) {

@@ -1,9 +1,9 @@
 //! The KVM VM: memory slots, KVM's TSS, the in-kernel irqchip (PIC + IOAPIC + LAPICs) and PIT,
 //! created in the order KVM requires (irqchip before vCPUs).
 
+use crate::vstate::memory::GuestMemoryMmap;
 use kvm_bindings::{kvm_pit_config, KVM_PIT_SPEAKER_DUMMY};
 use kvm_ioctls::{Kvm, VmFd};
-use vm_memory::GuestMemoryMmap;
 
 use super::memory::{register_with_kvm, MemoryError};
 use crate::arch::KVM_TSS_ADDRESS;

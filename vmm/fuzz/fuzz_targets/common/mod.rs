@@ -6,7 +6,8 @@
 //! queue's rings live below `DATA`.
 
 use virtio_queue::{Queue, QueueT};
-use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestAddress};
+use vmm::vstate::memory::GuestMemoryMmap;
 
 pub const MEM_SIZE: usize = 0x10000;
 pub const QUEUE_SIZE: u16 = 16;
@@ -17,7 +18,7 @@ pub const DATA: u64 = 0x1000;
 const TABLE_BYTES: usize = 16 * QUEUE_SIZE as usize;
 
 pub fn setup(input: &[u8]) -> Option<(GuestMemoryMmap, Queue)> {
-    let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), MEM_SIZE)]).ok()?;
+    let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM_SIZE)]).ok()?;
     let table = &input[..input.len().min(TABLE_BYTES)];
     mem.write_slice(table, GuestAddress(DESC_TABLE)).ok()?;
     let head = match input.get(TABLE_BYTES..TABLE_BYTES + 2) {

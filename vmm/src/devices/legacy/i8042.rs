@@ -32,6 +32,15 @@ const CMD_RESET: u8 = 0xfe;
 const CTRL_ALT_DEL: [u8; 4] = [0x14, 0x11, 0xe0, 0x71];
 const BUFFER_LIMIT: usize = 16;
 
+/// The controller's state (for live migration).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct I8042State {
+    pub output: Vec<u8>,
+    pub config: u8,
+    pub last_command: u8,
+    pub status: u8,
+}
+
 pub struct I8042 {
     control: Arc<RunControl>,
     interrupt: EventFd,
@@ -51,6 +60,24 @@ impl I8042 {
             last_command: 0,
             status: STATUS_SYSTEM_FLAG,
         }
+    }
+
+    pub fn state(&self) -> I8042State {
+        I8042State {
+            output: self.output.iter().copied().collect(),
+            config: self.config,
+            last_command: self.last_command,
+            status: self.status,
+        }
+    }
+
+    /// Takes over `state` (on a migration target); extra output bytes past the buffer limit
+    /// are dropped, as they would be on the source.
+    pub fn restore(&mut self, state: &I8042State) {
+        self.output = state.output.iter().copied().take(BUFFER_LIMIT).collect();
+        self.config = state.config;
+        self.last_command = state.last_command;
+        self.status = state.status;
     }
 
     fn push(&mut self, byte: u8) {

@@ -7,7 +7,8 @@ use std::thread;
 use std::time::Duration;
 
 use log::warn;
-use vm_superio::{serial::NoEvents, Serial, Trigger};
+use vm_superio::serial::{NoEvents, SerialState};
+use vm_superio::{Serial, Trigger};
 use vmm_sys_util::eventfd::EventFd;
 
 use crate::devices::bus::BusDevice;
@@ -33,6 +34,23 @@ impl SerialDevice {
         SerialDevice {
             serial: Serial::new(EventFdTrigger(interrupt), output),
         }
+    }
+
+    /// The UART's registers and receive FIFO (for live migration).
+    pub fn state(&self) -> SerialState {
+        self.serial.state()
+    }
+
+    /// Takes over `state` (on a migration target), keeping this device's output and interrupt.
+    pub fn restore(&mut self, state: &SerialState) -> io::Result<()> {
+        let trigger = EventFdTrigger(self.serial.interrupt_evt().0.try_clone()?);
+        let placeholder: Box<dyn Write + Send> = Box::new(io::sink());
+        let spare = EventFdTrigger(self.serial.interrupt_evt().0.try_clone()?);
+        let old = std::mem::replace(&mut self.serial, Serial::new(spare, placeholder));
+        let output = old.into_writer();
+        self.serial = Serial::from_state(state, trigger, NoEvents, output)
+            .map_err(|e| io::Error::other(format!("{e:?}")))?;
+        Ok(())
     }
 
     /// Queues guest input; returns how many bytes fit in the receive FIFO.
@@ -107,5 +125,25 @@ mod tests {
         let mut wide = [0u8; 2];
         serial.read(0, &mut wide);
         assert_eq!(wide, [0xff, 0xff]);
+    }
+
+    #[test]
+    fn state_round_trip_keeps_output_and_input() {
+        let out = Shared::default();
+        let evt = EventFd::new(libc::EFD_NONBLOCK).unwrap();
+        let mut source = SerialDevice::new(evt, Box::new(io::sink()));
+        source.write(3, &[0x03]); // line control: 8 bits
+        source.write(7, &[0x5a]); // scratch
+        source.enqueue_input(b"ab");
+        let state = source.state();
+        let evt = EventFd::new(libc::EFD_NONBLOCK).unwrap();
+        let mut target = SerialDevice::new(evt, Box::new(out.clone()));
+        target.restore(&state).unwrap();
+        assert_eq!(target.state(), state);
+        let mut byte = [0u8];
+        target.read(0, &mut byte);
+        assert_eq!(byte[0], b'a');
+        target.write(0, b"z");
+        assert_eq!(out.0.lock().unwrap().as_slice(), b"z");
     }
 }

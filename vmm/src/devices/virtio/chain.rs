@@ -6,9 +6,9 @@
 //! broke), and rejects zero-length descriptors, so device code only sees well-formed chains.
 //! Addresses inside descriptors are still untrusted: they are checked by guest memory accesses.
 
+use crate::vstate::memory::GuestMemoryMmap;
 use virtio_queue::desc::split::Descriptor;
 use virtio_queue::DescriptorChain;
-use vm_memory::GuestMemoryMmap;
 
 /// A malformed descriptor chain.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

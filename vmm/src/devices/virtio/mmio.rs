@@ -8,11 +8,12 @@
 //! catches it); if it does, the transport signals the queue's eventfd itself. Every register is
 //! a 32-bit access; anything else is ignored with a warning. Config space starts at 0x100.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use crate::vstate::memory::GuestMemoryMmap;
 use log::warn;
 use virtio_queue::{Queue, QueueT};
-use vm_memory::GuestMemoryMmap;
 use vmm_sys_util::eventfd::EventFd;
 
 use super::{Activation, Interrupt, VirtioDevice, VIRTIO_F_VERSION_1};
@@ -69,6 +70,47 @@ pub struct MmioTransport {
     activated: bool,
 }
 
+/// One queue's configuration as the driver set it (for live migration).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueConfig {
+    pub max_size: u16,
+    pub size: u16,
+    pub ready: bool,
+    pub desc_table: u64,
+    pub avail_ring: u64,
+    pub used_ring: u64,
+}
+
+/// The transport's registers and queue configuration (for live migration). The device-side
+/// ring positions are not part of it: a paused device has completed every chain it took, so
+/// both positions equal the used ring's index in guest memory, which travels with the memory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransportState {
+    pub device_type: u32,
+    pub status: u32,
+    pub acked_features: u64,
+    pub device_features_sel: u32,
+    pub driver_features_sel: u32,
+    pub queue_sel: u32,
+    pub interrupt_status: u32,
+    pub broken: bool,
+    pub activated: bool,
+    pub queues: Vec<QueueConfig>,
+}
+
+/// Restoring a transport's state failed.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RestoreTransportError {
+    #[error("device type {got} where this VM has type {expected}")]
+    DeviceType { expected: u32, got: u32 },
+    #[error("queue max sizes {got:?} where this VM's device has {expected:?}")]
+    Queues { expected: Vec<u16>, got: Vec<u16> },
+    #[error("queue {0}: read the used ring index from guest memory")]
+    UsedIndex(usize),
+    #[error("the device did not activate with the restored queues")]
+    Activate,
+}
+
 /// Creating the transport failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CreateTransportError {
@@ -111,6 +153,106 @@ impl MmioTransport {
             status: 0,
             activated: false,
         })
+    }
+
+    /// Parks the device's worker between two requests (for live migration).
+    pub fn pause_device(&mut self) {
+        if let Some(worker) = self.device.worker() {
+            worker.pause();
+        }
+    }
+
+    /// Lets a paused worker go on.
+    pub fn resume_device(&mut self) {
+        if let Some(worker) = self.device.worker() {
+            worker.resume();
+        }
+    }
+
+    /// The registers and queue configuration.
+    pub fn state(&self) -> TransportState {
+        let (interrupt_status, broken) = self.interrupt.save();
+        TransportState {
+            device_type: self.device.device_type(),
+            status: self.status,
+            acked_features: self.acked_features,
+            device_features_sel: self.device_features_sel,
+            driver_features_sel: self.driver_features_sel,
+            queue_sel: self.queue_sel,
+            interrupt_status,
+            broken,
+            activated: self.activated,
+            queues: self
+                .queues
+                .iter()
+                .map(|q| QueueConfig {
+                    max_size: q.max_size(),
+                    size: q.size(),
+                    ready: q.ready(),
+                    desc_table: q.desc_table(),
+                    avail_ring: q.avail_ring(),
+                    used_ring: q.used_ring(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Takes over `state` (on a migration target, before the vCPUs run): registers, queue
+    /// configuration, interrupt status, and activates the device when the source's was active,
+    /// with its ring positions at the used index in the (already copied) guest memory.
+    pub fn restore(&mut self, state: &TransportState) -> Result<(), RestoreTransportError> {
+        let device_type = self.device.device_type();
+        if state.device_type != device_type {
+            return Err(RestoreTransportError::DeviceType {
+                expected: device_type,
+                got: state.device_type,
+            });
+        }
+        let max_sizes: Vec<u16> = self.queues.iter().map(|q| q.max_size()).collect();
+        let got: Vec<u16> = state.queues.iter().map(|q| q.max_size).collect();
+        if max_sizes != got {
+            return Err(RestoreTransportError::Queues {
+                expected: max_sizes,
+                got,
+            });
+        }
+        self.reset();
+        self.status = state.status;
+        self.acked_features = state.acked_features & self.device.features();
+        self.device_features_sel = state.device_features_sel;
+        self.driver_features_sel = state.driver_features_sel;
+        self.queue_sel = state.queue_sel;
+        for (i, (queue, config)) in self.queues.iter_mut().zip(&state.queues).enumerate() {
+            queue.set_size(config.size);
+            queue.set_desc_table_address(
+                Some(config.desc_table as u32),
+                Some((config.desc_table >> 32) as u32),
+            );
+            queue.set_avail_ring_address(
+                Some(config.avail_ring as u32),
+                Some((config.avail_ring >> 32) as u32),
+            );
+            queue.set_used_ring_address(
+                Some(config.used_ring as u32),
+                Some((config.used_ring >> 32) as u32),
+            );
+            queue.set_ready(config.ready);
+            if state.activated {
+                let used = queue
+                    .used_idx(&self.mem, Ordering::Acquire)
+                    .map_err(|_| RestoreTransportError::UsedIndex(i))?;
+                queue.set_next_avail(used.0);
+                queue.set_next_used(used.0);
+            }
+        }
+        self.interrupt.restore(state.interrupt_status, state.broken);
+        if state.activated {
+            self.activate();
+            if !self.activated {
+                return Err(RestoreTransportError::Activate);
+            }
+        }
+        Ok(())
     }
 
     fn selected_queue(&mut self) -> Option<&mut Queue> {

@@ -37,6 +37,9 @@ impl VirtioDevice for Dummy {
     fn reset(&mut self) {
         self.resets.fetch_add(1, Ordering::SeqCst);
     }
+    fn worker(&mut self) -> Option<&mut crate::devices::virtio::worker::WorkerHandle> {
+        None
+    }
 }
 
 fn transport() -> (MmioTransport, Arc<AtomicUsize>, Arc<AtomicUsize>) {

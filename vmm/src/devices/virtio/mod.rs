@@ -23,9 +23,9 @@ pub mod worker;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
+use crate::vstate::memory::GuestMemoryMmap;
 use log::warn;
 use virtio_queue::Queue;
-use vm_memory::GuestMemoryMmap;
 use vmm_sys_util::eventfd::EventFd;
 
 /// Feature bit: the device follows virtio 1.x (required by this transport).
@@ -92,6 +92,17 @@ impl Interrupt {
         self.broken.store(false, Ordering::SeqCst);
     }
 
+    /// The interrupt status register and the broken flag (for live migration).
+    pub fn save(&self) -> (u32, bool) {
+        (self.status(), self.is_broken())
+    }
+
+    /// Sets the interrupt status register and the broken flag (on a migration target).
+    pub fn restore(&self, status: u32, broken: bool) {
+        self.status.store(status, Ordering::SeqCst);
+        self.broken.store(broken, Ordering::SeqCst);
+    }
+
     /// The eventfd, for registering as an irqfd.
     pub fn eventfd(&self) -> &EventFd {
         &self.evt
@@ -131,4 +142,6 @@ pub trait VirtioDevice: Send {
     fn activate(&mut self, activation: Activation) -> Result<(), ActivateError>;
     /// Stops processing (driver reset); the device can be activated again.
     fn reset(&mut self);
+    /// The running worker thread, if the device is active.
+    fn worker(&mut self) -> Option<&mut worker::WorkerHandle>;
 }

@@ -1,9 +1,10 @@
 //! Helpers for device tests against `virtio_queue::mock`: guest memory and raw descriptors.
 //! Queues built by `MockSplitQueue::new` live at guest address 0; buffers go at 1 MiB and up.
 
+use crate::vstate::memory::GuestMemoryMmap;
 use virtio_queue::desc::split::Descriptor;
 use virtio_queue::desc::RawDescriptor;
-use vm_memory::{GuestAddress, GuestMemoryMmap};
+use vm_memory::GuestAddress;
 
 pub const NEXT: u16 = 1;
 pub const WRITE: u16 = 2;

@@ -2,16 +2,48 @@
 //! is handed to the device's handler by its token, with an [`EventRegistry`] through which the
 //! handler can add or remove fds (vsock connections come and go); the kill event ends the
 //! thread.
+//!
+//! A worker can be paused between two handler calls ([`WorkerHandle::pause`], for live
+//! migration: a paused worker touches neither guest memory nor its queues, so the migration can
+//! copy them consistently) and resumed.
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use log::warn;
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::EventFd;
 
 const KILL_TOKEN: u64 = u64::MAX;
+const PAUSE_TOKEN: u64 = u64::MAX - 1;
+
+/// Pause handshake between a [`WorkerHandle`] and its thread.
+#[derive(Default)]
+struct PauseState {
+    requested: bool,
+    parked: bool,
+}
+
+type SharedPause = Arc<(Mutex<PauseState>, Condvar)>;
+
+/// Parks the worker thread while a pause is requested.
+fn park(pause: &SharedPause) {
+    let (lock, changed) = &**pause;
+    let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
+    if !state.requested {
+        return;
+    }
+    state.parked = true;
+    changed.notify_all();
+    while state.requested {
+        state = changed.wait(state).unwrap_or_else(|e| e.into_inner());
+    }
+    state.parked = false;
+    changed.notify_all();
+}
 
 /// An fd the worker waits on, and the token its handler receives.
 pub struct WorkerEvent {
@@ -57,12 +89,39 @@ impl<'a> EventRegistry<'a> {
 /// A running worker; stopping or dropping it ends and joins the thread.
 pub struct WorkerHandle {
     kill: EventFd,
+    pause_evt: EventFd,
+    pause: SharedPause,
     thread: Option<JoinHandle<()>>,
 }
 
 impl WorkerHandle {
+    /// Parks the thread between two handler calls; returns once it is parked (or has ended).
+    pub fn pause(&mut self) {
+        let Some(thread) = &self.thread else { return };
+        let (lock, changed) = &*self.pause;
+        let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
+        state.requested = true;
+        if let Err(e) = self.pause_evt.write(1) {
+            warn!("worker: pause: {e}");
+        }
+        while !state.parked && !thread.is_finished() {
+            state = match changed.wait_timeout(state, Duration::from_millis(10)) {
+                Ok((state, _)) => state,
+                Err(e) => e.into_inner().0,
+            };
+        }
+    }
+
+    /// Lets a paused thread go on.
+    pub fn resume(&mut self) {
+        let (lock, changed) = &*self.pause;
+        lock.lock().unwrap_or_else(|e| e.into_inner()).requested = false;
+        changed.notify_all();
+    }
+
     pub fn stop(&mut self) {
         if let Some(thread) = self.thread.take() {
+            self.resume();
             if let Err(e) = self.kill.write(1) {
                 warn!("worker: kill: {e}");
             }
@@ -85,12 +144,21 @@ where
     F: FnMut(u64, &EventRegistry<'_>) + Send + 'static,
 {
     let kill = EventFd::new(libc::EFD_NONBLOCK)?;
+    let pause_evt = EventFd::new(libc::EFD_NONBLOCK)?;
+    let pause = SharedPause::default();
     let epoll = Epoll::new()?;
     epoll.ctl(
         ControlOperation::Add,
         kill.as_raw_fd(),
         EpollEvent::new(EventSet::IN, KILL_TOKEN),
     )?;
+    epoll.ctl(
+        ControlOperation::Add,
+        pause_evt.as_raw_fd(),
+        EpollEvent::new(EventSet::IN, PAUSE_TOKEN),
+    )?;
+    let thread_pause_evt = pause_evt.try_clone()?;
+    let thread_pause = pause.clone();
     let capacity = events.len() + 16;
     for event in events {
         EventRegistry(&epoll).add(event)?;
@@ -112,12 +180,64 @@ where
                     if event.data() == KILL_TOKEN {
                         return;
                     }
+                    if event.data() == PAUSE_TOKEN {
+                        let _ = thread_pause_evt.read();
+                        park(&thread_pause);
+                        continue;
+                    }
                     handler(event.data(), &EventRegistry(&epoll));
                 }
             }
         })?;
     Ok(WorkerHandle {
         kill,
+        pause_evt,
+        pause,
         thread: Some(thread),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    #[test]
+    fn a_paused_worker_handles_nothing_until_resumed() {
+        let evt = EventFd::new(libc::EFD_NONBLOCK).unwrap();
+        let handled = Arc::new(AtomicU32::new(0));
+        let seen = handled.clone();
+        let thread_evt = evt.try_clone().unwrap();
+        let mut worker = spawn(
+            "test-worker",
+            vec![WorkerEvent {
+                fd: evt.as_raw_fd(),
+                token: 0,
+                edge_triggered: false,
+            }],
+            move |_, _| {
+                let _ = thread_evt.read();
+                seen.fetch_add(1, Ordering::SeqCst);
+            },
+        )
+        .unwrap();
+        worker.pause();
+        evt.write(1).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(
+            handled.load(Ordering::SeqCst),
+            0,
+            "a paused worker ran its handler"
+        );
+        worker.resume();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while handled.load(Ordering::SeqCst) == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the resumed worker never ran"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        worker.stop();
+    }
 }

@@ -4,9 +4,9 @@
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 
+use crate::vstate::memory::GuestMemoryMmap;
 use log::warn;
 use virtio_queue::{Queue, QueueT};
-use vm_memory::GuestMemoryMmap;
 use vmm_sys_util::eventfd::EventFd;
 
 use super::request::{disk_id, DiskBackend, DiskView, Request};
@@ -163,6 +163,10 @@ impl VirtioDevice for Block {
         .map_err(ActivateError::Worker)?;
         self.worker = Some(handle);
         Ok(())
+    }
+
+    fn worker(&mut self) -> Option<&mut WorkerHandle> {
+        self.worker.as_mut()
     }
 
     fn reset(&mut self) {

@@ -10,9 +10,10 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 
+use crate::vstate::memory::GuestMemoryMmap;
 use virtio_queue::desc::split::Descriptor;
 use virtio_queue::DescriptorChain;
-use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryError, GuestMemoryMmap};
+use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryError};
 
 use super::*;
 use crate::devices::virtio::chain::{self, ChainError};

@@ -4,9 +4,10 @@
 use std::io;
 use std::sync::Arc;
 
+use crate::vstate::memory::GuestMemoryMmap;
 use virtio_queue::mock::MockSplitQueue;
 use virtio_queue::{Queue, QueueT};
-use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestAddress};
 use vmm_sys_util::eventfd::EventFd;
 
 use super::request::{disk_id, DiskBackend, DiskView, ExecuteError, ParseRequestError, Request};

@@ -5,9 +5,9 @@ use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 
+use crate::vstate::memory::GuestMemoryMmap;
 use log::warn;
 use virtio_queue::{Queue, QueueT};
-use vm_memory::GuestMemoryMmap;
 use vmm_sys_util::eventfd::EventFd;
 
 use super::frame::{read_tx_frame, write_rx_frame, RxOutcome};
@@ -267,6 +267,10 @@ impl VirtioDevice for Net {
             .map_err(ActivateError::Worker)?;
         self.worker = Some(handle);
         Ok(())
+    }
+
+    fn worker(&mut self) -> Option<&mut WorkerHandle> {
+        self.worker.as_mut()
     }
 
     fn reset(&mut self) {

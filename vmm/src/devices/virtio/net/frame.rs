@@ -2,8 +2,9 @@
 //! shape (via [`chain::collect`]), descriptor direction, frame size limits and guest memory
 //! bounds.
 
+use crate::vstate::memory::GuestMemoryMmap;
 use virtio_queue::DescriptorChain;
-use vm_memory::{Bytes, GuestMemoryError, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestMemoryError};
 
 use super::{MAX_FRAME_LEN, VNET_HDR_LEN};
 use crate::devices::virtio::chain::{self, ChainError};

@@ -7,9 +7,10 @@ use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 
+use crate::vstate::memory::GuestMemoryMmap;
 use log::warn;
 use virtio_queue::{DescriptorChain, Queue, QueueT};
-use vm_memory::{Address, Bytes, GuestMemoryError, GuestMemoryMmap};
+use vm_memory::{Address, Bytes, GuestMemoryError};
 use vmm_sys_util::eventfd::EventFd;
 
 use super::chain::{self, ChainError};
@@ -181,6 +182,10 @@ impl VirtioDevice for Rng {
         .map_err(ActivateError::Worker)?;
         self.worker = Some(handle);
         Ok(())
+    }
+
+    fn worker(&mut self) -> Option<&mut WorkerHandle> {
+        self.worker.as_mut()
     }
 
     fn reset(&mut self) {

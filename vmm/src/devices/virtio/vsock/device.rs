@@ -8,9 +8,9 @@ use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::vstate::memory::GuestMemoryMmap;
 use log::warn;
 use virtio_queue::{Queue, QueueOwnedT, QueueT};
-use vm_memory::GuestMemoryMmap;
 use vmm_sys_util::eventfd::EventFd;
 
 use super::muxer::{Muxer, FIRST_CONNECTION_TOKEN};
@@ -210,6 +210,10 @@ impl VirtioDevice for Vsock {
         .map_err(ActivateError::Worker)?;
         self.worker = Some(handle);
         Ok(())
+    }
+
+    fn worker(&mut self) -> Option<&mut WorkerHandle> {
+        self.worker.as_mut()
     }
 
     fn reset(&mut self) {

@@ -1,0 +1,381 @@
+//! Live migration and save/restore on this host's /dev/kvm, source and target VMs in this
+//! process over Unix socket pairs: the memtest guest keeps rewriting and checking 4 MiB while it
+//! is migrated and goes on checking on the target; a paused counter guest is saved and restored
+//! and counts on; a truncated stream, a wrong version and a target with another memory size each
+//! fail with a clear error and leave the source running.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::Shutdown;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::thread::JoinHandle;
+
+use common::*;
+use vmm::lifecycle::VmExit;
+use vmm::migration::{MigrationOptions, ReceiveError, SendError};
+use vmm::vmm::{VmState, Vmm};
+
+/// Numbers after `prefix` on complete lines (8 hex digits) of `log`.
+fn numbers(log: &str, prefix: &str) -> Vec<u64> {
+    log.lines()
+        .filter_map(|l| l.strip_prefix(prefix))
+        .filter_map(|rest| rest.get(..8))
+        .filter_map(|n| u64::from_str_radix(n, 16).ok())
+        .collect()
+}
+
+fn gens(log: &str) -> Vec<u64> {
+    numbers(log, "GEN ")
+}
+
+fn counts(log: &str) -> Vec<u64> {
+    numbers(log, "COUNT ")
+}
+
+fn assert_consecutive(values: &[u64], what: &str, log: &str) {
+    for pair in values.windows(2) {
+        assert_eq!(
+            pair[1],
+            pair[0] + 1,
+            "{what} jumped from {:x} to {:x}; log:\n{log}",
+            pair[0],
+            pair[1]
+        );
+    }
+}
+
+/// Starts the target side in a thread: builds a VM from `config` and restores into it.
+fn spawn_target(
+    config: vmm::config::VmConfig,
+    mut stream: UnixStream,
+) -> JoinHandle<Result<Vmm, ReceiveError>> {
+    std::thread::spawn(move || Vmm::restore_from(&config, &mut stream))
+}
+
+/// A relay between a source end and a target end that copies source-to-target bytes through
+/// `mangle` (which may change them, or return false to cut the stream there) and
+/// target-to-source bytes unchanged.
+fn relay<F>(mut mangle: F) -> (UnixStream, UnixStream)
+where
+    F: FnMut(usize, &mut [u8]) -> bool + Send + 'static,
+{
+    let (source_end, mut from_source) = UnixStream::pair().expect("socketpair");
+    let (target_end, mut to_target) = UnixStream::pair().expect("socketpair");
+    let mut to_source = from_source.try_clone().expect("clone");
+    let mut from_target = to_target.try_clone().expect("clone");
+    std::thread::spawn(move || {
+        let mut offset = 0usize;
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            let n = match from_source.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            let keep = mangle(offset, &mut buf[..n]);
+            offset += n;
+            if !keep || to_target.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = from_source.shutdown(Shutdown::Both);
+        let _ = to_target.shutdown(Shutdown::Both);
+    });
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 4096];
+        loop {
+            match from_target.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if to_source.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = to_source.shutdown(Shutdown::Both);
+    });
+    (source_end, target_end)
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// Waits for the memtest guest on `serial` to finish generation `gen`.
+fn wait_for_gen(serial: &Path, gen: u64) -> String {
+    wait_for_serial(serial, &format!("GEN {gen:08x} ok"), |log| {
+        assert!(!log.contains("FAIL"), "memtest failed; log:\n{log}");
+        gens(log).last().is_some_and(|g| *g >= gen)
+    })
+}
+
+#[test]
+fn live_migration_keeps_the_memtest_guest_checking() {
+    let scratch = Scratch::new("migrate-live");
+    let source_serial = scratch.path("source.log");
+    let target_serial = scratch.path("target.log");
+    let mut source =
+        vmm::builder::build_and_boot(&config("memtest", &source_serial)).expect("boot source");
+    wait_for_gen(&source_serial, 1);
+
+    let (mut source_end, target_end) = UnixStream::pair().expect("socketpair");
+    let target = spawn_target(config("memtest", &target_serial), target_end);
+    let stats = source
+        .send_migration(&mut source_end, &MigrationOptions::default())
+        .unwrap_or_else(|e| panic!("send: {}", error_chain(&e)));
+    let mut target = target
+        .join()
+        .expect("target thread")
+        .unwrap_or_else(|e| panic!("restore: {}", error_chain(&e)));
+    println!(
+        "live migration: {} pre-copy rounds, pages per round {:?} (last: stop-and-copy), \
+         {} pages / {} bytes sent, downtime {:?}, total {:?}",
+        stats.precopy_rounds(),
+        stats.pages_per_round,
+        stats.pages_sent,
+        stats.bytes_sent,
+        stats.downtime,
+        stats.total
+    );
+    assert_eq!(source.state(), VmState::Stopped(VmExit::Stopped));
+    assert!(
+        stats.pages_sent >= 1024,
+        "the 4 MiB pattern alone is 1024 pages"
+    );
+
+    let source_log = serial_log(&source_serial);
+    let last_on_source = gens(&source_log).last().copied().expect("a generation");
+    let target_log = wait_for_gen(&target_serial, last_on_source + 2);
+    // The target's output continues the source's (even mid-line): one consecutive run of
+    // generations, each checked against the previous one, no restart, no failure.
+    let combined = format!("{source_log}{target_log}");
+    assert_eq!(
+        combined.matches("TEST memtest start").count(),
+        1,
+        "the guest restarted; log:\n{combined}"
+    );
+    assert!(!combined.contains("FAIL"), "log:\n{combined}");
+    assert_consecutive(&gens(&combined), "generation", &combined);
+
+    assert_eq!(
+        target.shutdown(GUEST_DEADLINE),
+        VmExit::PowerOff { code: 0 }
+    );
+    assert_lines(
+        &serial_log(&target_serial),
+        &["TEST memtest shutdown requested"],
+    );
+}
+
+#[test]
+fn paused_counter_guest_is_saved_and_restored() {
+    let scratch = Scratch::new("migrate-paused");
+    let source_serial = scratch.path("source.log");
+    let target_serial = scratch.path("target.log");
+    let mut source =
+        vmm::builder::build_and_boot(&config("counter", &source_serial)).expect("boot source");
+    wait_for_serial(&source_serial, "COUNT 00000003", |log| {
+        counts(log).last().is_some_and(|n| *n >= 3)
+    });
+    source.pause().expect("pause");
+    let paused_at = counts(&serial_log(&source_serial))
+        .last()
+        .copied()
+        .expect("a count");
+
+    let (mut source_end, target_end) = UnixStream::pair().expect("socketpair");
+    let target = spawn_target(config("counter", &target_serial), target_end);
+    let stats = source
+        .send_migration(&mut source_end, &MigrationOptions::default())
+        .unwrap_or_else(|e| panic!("send: {}", error_chain(&e)));
+    let mut target = target
+        .join()
+        .expect("target thread")
+        .unwrap_or_else(|e| panic!("restore: {}", error_chain(&e)));
+    println!(
+        "save/restore of a paused VM: pages per round {:?}, {} bytes, {:?}",
+        stats.pages_per_round, stats.bytes_sent, stats.total
+    );
+    assert_eq!(source.state(), VmState::Stopped(VmExit::Stopped));
+    assert_eq!(
+        target.state(),
+        VmState::Paused,
+        "the target keeps the pause"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(serial_log(&target_serial), "", "the paused target printed");
+
+    target.resume().expect("resume the target");
+    let target_log = wait_for_serial(&target_serial, "counts after the restore", |log| {
+        counts(&format!("{}{log}", serial_log(&source_serial)))
+            .last()
+            .is_some_and(|n| *n >= paused_at + 3)
+    });
+    let combined = format!("{}{target_log}", serial_log(&source_serial));
+    assert_eq!(
+        combined.matches("TEST counter start").count(),
+        1,
+        "log:\n{combined}"
+    );
+    assert_consecutive(&counts(&combined), "counter", &combined);
+    assert_eq!(
+        target.shutdown(GUEST_DEADLINE),
+        VmExit::PowerOff { code: 0 }
+    );
+}
+
+/// Runs a migration of a running `guest` that must fail; returns the source's and the
+/// target's errors, after checking the source still runs and its guest makes progress.
+fn failed_migration(
+    test: &str,
+    guest: &str,
+    target_memory: u64,
+    mangle: impl FnMut(usize, &mut [u8]) -> bool + Send + 'static,
+) -> (String, String) {
+    let scratch = Scratch::new(test);
+    let source_serial = scratch.path("source.log");
+    let target_serial = scratch.path("target.log");
+    let mut source =
+        vmm::builder::build_and_boot(&config(guest, &source_serial)).expect("boot source");
+    let progress = |log: &str| match guest {
+        "memtest" => gens(log).last().copied(),
+        _ => counts(log).last().copied(),
+    };
+    wait_for_serial(&source_serial, "the guest running", |log| {
+        progress(log).is_some_and(|n| n >= 1)
+    });
+
+    let (mut source_end, target_end) = relay(mangle);
+    let mut target_config = config(guest, &target_serial);
+    target_config.memory.size = target_memory;
+    let target = spawn_target(target_config, target_end);
+    let send_error = source
+        .send_migration(&mut source_end, &MigrationOptions::default())
+        .map(|_| ())
+        .expect_err("the migration must fail");
+    let target_error = target
+        .join()
+        .expect("target thread")
+        .map(|_| ())
+        .expect_err("the target must fail");
+
+    // A failed migration leaves the VM running on the source: it keeps making progress.
+    assert_eq!(source.state(), VmState::Running, "source: {send_error}");
+    let before = progress(&serial_log(&source_serial)).expect("progress");
+    let log = wait_for_serial(
+        &source_serial,
+        "progress after the failed migration",
+        |log| progress(log).is_some_and(|n| n >= before + 2),
+    );
+    assert!(!log.contains("FAIL"), "log:\n{log}");
+    match guest {
+        "memtest" => assert_consecutive(&gens(&log), "generation", &log),
+        _ => assert_consecutive(&counts(&log), "counter", &log),
+    }
+    source.stop();
+    (error_chain(&send_error), error_chain(&target_error))
+}
+
+#[test]
+fn a_truncated_stream_fails_and_the_source_keeps_running() {
+    // Cut the source-to-target direction after 1 MiB: inside round 0 of the 4 MiB pattern.
+    let (send, receive) =
+        failed_migration("migrate-truncated", "memtest", 64 << 20, |offset, _| {
+            offset < 1 << 20
+        });
+    println!("truncated stream: source: {send}\n  target: {receive}");
+    assert!(
+        receive.contains("truncated stream"),
+        "target error: {receive}"
+    );
+}
+
+#[test]
+fn a_wrong_version_is_refused_and_the_source_keeps_running() {
+    // Bytes 8..12 of the stream are the version.
+    let (send, receive) =
+        failed_migration("migrate-version", "counter", 64 << 20, |offset, buf| {
+            if offset == 0 && buf.len() >= 12 {
+                buf[8..12].copy_from_slice(&7u32.to_le_bytes());
+            }
+            true
+        });
+    println!("wrong version: source: {send}\n  target: {receive}");
+    let expected = "unsupported migration stream version 7: this VMM reads version 1";
+    assert!(receive.contains(expected), "target error: {receive}");
+    assert!(
+        send.starts_with("the target refused the migration") && send.contains(expected),
+        "source error: {send}"
+    );
+}
+
+#[test]
+fn a_target_with_another_memory_size_is_refused_and_the_source_keeps_running() {
+    let (send, receive) = failed_migration("migrate-memsize", "counter", 128 << 20, |_, _| true);
+    println!("memory size mismatch: source: {send}\n  target: {receive}");
+    let expected = "memory size mismatch: the source has 64 MiB";
+    assert!(
+        receive.contains(expected) && receive.contains("this VM 128 MiB"),
+        "target error: {receive}"
+    );
+    assert!(
+        send.starts_with("the target refused the migration") && send.contains(expected),
+        "source error: {send}"
+    );
+}
+
+#[test]
+fn a_stopped_vm_cannot_be_migrated() {
+    let scratch = Scratch::new("migrate-stopped");
+    let serial = scratch.path("serial.log");
+    let mut vm = vmm::builder::build_and_boot(&config("counter", &serial)).expect("boot");
+    vm.stop();
+    let (mut a, _b) = UnixStream::pair().expect("socketpair");
+    let err = vm
+        .send_migration(&mut a, &MigrationOptions::default())
+        .expect_err("a stopped VM cannot migrate");
+    assert!(
+        matches!(err, SendError::NotRunning(VmExit::Stopped)),
+        "{err}"
+    );
+}
+
+/// The memtest guest notices a page that does not hold what it wrote (so a migration that lost
+/// or staled a page would fail the live migration test above).
+#[test]
+fn memtest_detects_a_corrupted_qword() {
+    use vm_memory::{Bytes, GuestAddress};
+    let scratch = Scratch::new("memtest-corrupt");
+    let serial = scratch.path("serial.log");
+    let mut vm = vmm::builder::build_and_boot(&config("memtest", &serial)).expect("boot");
+    wait_for_gen(&serial, 1);
+    vm.pause().expect("pause");
+    // Qword 0x1234 of the pattern at 16 MiB.
+    let addr = GuestAddress(0x100_0000 + 0x1234 * 8);
+    let value: u64 = vm.guest_memory().read_obj(addr).expect("read the pattern");
+    assert_eq!(
+        value & 0xffff_ffff,
+        0x1234,
+        "the pattern is (generation << 32) | index"
+    );
+    vm.guest_memory()
+        .write_obj(value ^ 0x8000, addr)
+        .expect("corrupt the pattern");
+    vm.resume().expect("resume");
+    let exit = wait_for_exit(&mut vm, &serial);
+    assert_eq!(exit, VmExit::PowerOff { code: 0 });
+    let log = serial_log(&serial);
+    assert!(
+        log.contains("TEST memtest FAIL gen ") && log.contains(" qword 00001234 got "),
+        "log:\n{log}"
+    );
+}
