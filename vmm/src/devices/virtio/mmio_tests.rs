@@ -177,3 +177,123 @@ fn odd_accesses_do_not_panic() {
     w(&mut t, REG_QUEUE_READY, 1);
     assert_eq!(r(&mut t, REG_QUEUE_READY), 0);
 }
+
+/// Live migration of a transport with a running device (virtio-rng): the source takes one
+/// chain, is paused and saved; a target over a copy of guest memory restores the state and
+/// takes the driver's next chain from where the source stopped (not the first one again).
+#[test]
+fn restored_transport_continues_the_rings() {
+    use crate::devices::virtio::rng::Rng;
+    use virtio_queue::mock::MockSplitQueue;
+    use vm_memory::{Bytes, GuestAddress};
+
+    fn rng_transport(mem: &GuestMemoryMmap) -> (MmioTransport, EventFd) {
+        let evt = EventFd::new(libc::EFD_NONBLOCK).unwrap();
+        let notify = evt.try_clone().unwrap();
+        let source = std::fs::File::open("/dev/urandom").unwrap();
+        let t = MmioTransport::new(
+            Box::new(Rng::new(source)),
+            mem.clone(),
+            vec![evt],
+            Arc::new(Interrupt::new(EventFd::new(libc::EFD_NONBLOCK).unwrap())),
+        )
+        .unwrap();
+        (t, notify)
+    }
+    fn used_idx(mem: &GuestMemoryMmap, used: u64) -> u16 {
+        mem.read_obj(GuestAddress(used + 2)).unwrap()
+    }
+    fn wait_used(mem: &GuestMemoryMmap, used: u64, idx: u16) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while used_idx(mem, used) != idx {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "used index never reached {idx}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+
+    let source_mem = mem();
+    let mock = MockSplitQueue::new(&source_mem, 16);
+    let (desc, avail, used) = (
+        mock.desc_table_addr().0,
+        mock.avail_addr().0,
+        mock.used_addr().0,
+    );
+    mock.build_desc_chain(&[desc_at(BUF, 16)]).unwrap();
+    let (mut source, notify) = rng_transport(&source_mem);
+    w(&mut source, REG_STATUS, STATUS_ACKNOWLEDGE | STATUS_DRIVER);
+    w(&mut source, REG_DRIVER_FEATURES_SEL, 1);
+    w(&mut source, REG_DRIVER_FEATURES, 1);
+    w(
+        &mut source,
+        REG_STATUS,
+        STATUS_ACKNOWLEDGE | STATUS_DRIVER | STATUS_FEATURES_OK,
+    );
+    w(&mut source, REG_QUEUE_SEL, 0);
+    w(&mut source, REG_QUEUE_NUM, 16);
+    w(&mut source, REG_QUEUE_DESC_LOW, desc as u32);
+    w(&mut source, REG_QUEUE_DRIVER_LOW, avail as u32);
+    w(&mut source, REG_QUEUE_DEVICE_LOW, used as u32);
+    w(&mut source, REG_QUEUE_READY, 1);
+    w(&mut source, REG_STATUS, ALL_OK);
+    notify.write(1).unwrap();
+    wait_used(&source_mem, used, 1);
+
+    source.pause_device();
+    let state = source.state();
+    assert!(state.activated);
+    assert_eq!(state.queues[0].size, 16);
+    let target_mem = mem();
+    let mut copy = vec![0u8; MEM_SIZE as usize];
+    source_mem.read_slice(&mut copy, GuestAddress(0)).unwrap();
+    target_mem.write_slice(&copy, GuestAddress(0)).unwrap();
+    let (mut target, notify) = rng_transport(&target_mem);
+    target.restore(&state).unwrap();
+    assert_eq!(r(&mut target, REG_STATUS), ALL_OK);
+    assert_eq!(target.state(), state);
+
+    // The driver offers a second chain (descriptor 1, avail slot 1) on the target.
+    target_mem
+        .write_obj(desc_at(BUF + 0x100, 32), GuestAddress(desc + 16))
+        .unwrap();
+    target_mem
+        .write_obj(1u16, GuestAddress(avail + 4 + 2))
+        .unwrap();
+    target_mem.write_obj(2u16, GuestAddress(avail + 2)).unwrap();
+    notify.write(1).unwrap();
+    wait_used(&target_mem, used, 2);
+    let id: u32 = target_mem.read_obj(GuestAddress(used + 4 + 8)).unwrap();
+    let len: u32 = target_mem.read_obj(GuestAddress(used + 4 + 8 + 4)).unwrap();
+    assert_eq!((id, len), (1, 32), "the target must take the second chain");
+
+    // A transport of another device type refuses the state.
+    let mut other = dummy_transport(&target_mem);
+    assert!(matches!(
+        other.restore(&state),
+        Err(RestoreTransportError::DeviceType {
+            expected: 42,
+            got: 4
+        })
+    ));
+    source.resume_device();
+}
+
+fn desc_at(addr: u64, len: u32) -> virtio_queue::desc::RawDescriptor {
+    desc(addr, len, WRITE, 0)
+}
+
+fn dummy_transport(mem: &GuestMemoryMmap) -> MmioTransport {
+    let device = Dummy {
+        activations: Arc::new(AtomicUsize::new(0)),
+        resets: Arc::new(AtomicUsize::new(0)),
+    };
+    MmioTransport::new(
+        Box::new(device),
+        mem.clone(),
+        vec![EventFd::new(libc::EFD_NONBLOCK).unwrap()],
+        Arc::new(Interrupt::new(EventFd::new(libc::EFD_NONBLOCK).unwrap())),
+    )
+    .unwrap()
+}
