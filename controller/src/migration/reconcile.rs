@@ -119,18 +119,6 @@ pub async fn reconcile(
     let state = vmi_status.migration_state.clone().filter(|_| ours(&vmi));
 
     if phase == MigrationPhase::Pending {
-        if vmi_status.phase != Some(VmiPhase::Running) {
-            let why = format!("VMI {vmi_name} is not running");
-            set_phase(
-                &migrations,
-                &migration,
-                MigrationPhase::Failed,
-                None,
-                Some(why),
-            )
-            .await?;
-            return Ok(Action::await_change());
-        }
         // Is it migratable? Say so on the VMI either way.
         let mut modes = BTreeMap::new();
         let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -168,6 +156,18 @@ pub async fn reconcile(
                 MigrationPhase::Failed,
                 None,
                 Some(not.message),
+            )
+            .await?;
+            return Ok(Action::await_change());
+        }
+        if vmi_status.phase != Some(VmiPhase::Running) {
+            let why = format!("VMI {vmi_name} is not running");
+            set_phase(
+                &migrations,
+                &migration,
+                MigrationPhase::Failed,
+                None,
+                Some(why),
             )
             .await?;
             return Ok(Action::await_change());
