@@ -134,32 +134,28 @@ pub fn render_target_pod(
     Ok(pod)
 }
 
-/// The launcher Pods the VMI controller follows: a migration's target Pod only once the
-/// migration completed, and then no longer the source Pod.
+/// The launcher Pods the VMI controller follows while and after the VMI migrates: the target
+/// Pod of the recorded migration only once it completed (and then no longer the source Pod);
+/// the target Pod of an earlier migration while it is not being deleted (it became the VMI's
+/// launcher, or its migration failed and it goes).
 pub fn visible_pods(vmi: &VirtualMachineInstance, pods: Vec<Pod>) -> Vec<Pod> {
     let state = vmi.status.as_ref().and_then(|s| s.migration_state.as_ref());
-    let completed = state.is_some_and(|s| s.completed == Some(true));
-    let target = state.and_then(|s| s.target_pod.clone());
-    let source = state.and_then(|s| s.source_pod.clone());
     let running = vmi.status.as_ref().and_then(|s| s.phase) == Some(VmiPhase::Running);
+    let completed = running && state.is_some_and(|s| s.completed == Some(true));
+    let current = state.and_then(|s| s.migration_uid.clone());
+    let source = state.and_then(|s| s.source_pod.clone());
     pods.into_iter()
         .filter(|pod| {
-            let is_target_pod = pod
+            let job = pod
                 .metadata
                 .labels
                 .as_ref()
-                .is_some_and(|l| l.contains_key(MIGRATION_JOB_LABEL));
-            let name = pod.metadata.name.clone();
-            if completed && running {
-                if name.is_some() && name == source {
-                    return false;
-                }
-                if is_target_pod {
-                    return name.is_some() && name == target;
-                }
-                return true;
+                .and_then(|l| l.get(MIGRATION_JOB_LABEL).cloned());
+            match job {
+                Some(job) if Some(&job) == current.as_ref() => completed,
+                Some(_) => pod.metadata.deletion_timestamp.is_none(),
+                None => !(completed && pod.metadata.name.is_some() && pod.metadata.name == source),
             }
-            !is_target_pod
         })
         .collect()
 }
@@ -287,6 +283,7 @@ mod tests {
         let pods = vec![pod("source", false), pod("target", true)];
         let mut migrating = vmi(json!([]));
         migrating.status.as_mut().unwrap().migration_state = Some(api::vmi::MigrationState {
+            migration_uid: Some("m".into()),
             source_pod: Some("source".into()),
             target_pod: Some("target".into()),
             ..Default::default()
@@ -303,6 +300,22 @@ mod tests {
             .as_mut()
             .unwrap()
             .completed = Some(true);
-        assert_eq!(names(visible_pods(&migrating, pods)), ["target"]);
+        assert_eq!(names(visible_pods(&migrating, pods.clone())), ["target"]);
+        // A second migration: the first one's target Pod is the launcher until it completes.
+        let mut again = migrating.clone();
+        again.status.as_mut().unwrap().migration_state = Some(api::vmi::MigrationState {
+            migration_uid: Some("m2".into()),
+            source_pod: Some("target".into()),
+            ..Default::default()
+        });
+        let mut second = pod("target2", true);
+        second
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(MIGRATION_JOB_LABEL.into(), "m2".into());
+        let all = vec![pods[1].clone(), second];
+        assert_eq!(names(visible_pods(&again, all)), ["target"]);
     }
 }

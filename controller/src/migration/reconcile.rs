@@ -204,24 +204,21 @@ pub async fn reconcile(
         let pod =
             render_target_pod(&vmi, &ctx.config(), &uid, &source_node).map_err(Error::Render)?;
         let created = pods.create(&PostParams::default(), &pod).await?;
-        let source_pod = vmi_status
-            .active_pods
-            .as_ref()
-            .and_then(|active| active.iter().find(|(_, node)| **node == source_node))
-            .map(|(pod_uid, _)| pod_uid.clone());
-        let source_pod = match source_pod {
-            Some(pod_uid) => pods
-                .list(&ListParams::default().labels(&format!(
-                    "kubevirt.io/created-by={}",
-                    vmi.uid().unwrap_or_default()
-                )))
-                .await?
-                .items
-                .into_iter()
-                .find(|p| p.metadata.uid.as_deref() == Some(pod_uid.as_str()))
-                .and_then(|p| p.metadata.name),
-            None => None,
-        };
+        // The source Pod: the VMI's live launcher Pod on the source node.
+        let source_pod = pods
+            .list(&ListParams::default().labels(&format!(
+                "kubevirt.io/created-by={}",
+                vmi.uid().unwrap_or_default()
+            )))
+            .await?
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter(|p| p.metadata.name != created.metadata.name)
+            .find(|p| {
+                p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(source_node.as_str())
+            })
+            .and_then(|p| p.metadata.name);
         let state = MigrationState {
             migration_uid: Some(uid.clone()),
             source_node: Some(source_node.clone()),
