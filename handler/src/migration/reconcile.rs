@@ -201,7 +201,12 @@ pub async fn reconcile(
     };
     let me = Some(ctx.node.as_str());
     if state.completed == Some(true) || state.failed == Some(true) {
+        let sending = ctx.running(&format!("source/{migration}"));
         ctx.stop(&migration);
+        if sending && state.failed == Some(true) {
+            // Failed elsewhere (target Pod gone, migration deleted): the VM stays here.
+            cancel(&ctx, &vmi).await;
+        }
         return Ok(Action::await_change());
     }
     if state.target_node.as_deref() == me && state.target_node_address.is_none() {
@@ -375,6 +380,8 @@ async fn follow_source(
     relay: tokio::task::JoinHandle<Result<proxy::Copied, proxy::ProxyError>>,
 ) {
     let name = vmi.name_any();
+    // The relay ends with this task, also when it is aborted.
+    let relay = AbortOnDrop(Some(relay));
     let info = loop {
         tokio::time::sleep(PROGRESS_INTERVAL).await;
         match call(client.get_domain(GetDomainRequest {})).await {
@@ -389,6 +396,8 @@ async fn follow_source(
             Err(e) => log::warn!("{name}: following the migration: {e}"),
         }
     };
+    let mut relay = relay;
+    let relay = relay.0.take().expect("taken once");
     let relayed = if relay.is_finished() {
         match relay.await {
             Ok(Ok((sent, _))) => format!(", {sent} bytes over the network"),
@@ -432,6 +441,17 @@ async fn cancel(ctx: &MigrationContext, vmi: &VirtualMachineInstance) {
         match call(client.cancel_migration(VmiRequest { vmi: uid })).await {
             Ok(_) => log::info!("{}: migration cancelled", vmi.name_any()),
             Err(e) => log::debug!("{}: cancel: {e}", vmi.name_any()),
+        }
+    }
+}
+
+/// Aborts its task when dropped.
+struct AbortOnDrop<T>(Option<tokio::task::JoinHandle<T>>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        if let Some(task) = &self.0 {
+            task.abort();
         }
     }
 }
