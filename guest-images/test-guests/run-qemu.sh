@@ -92,10 +92,12 @@ else
     failed=$((failed + 1))
 fi
 
-# memtest runs until stopped: give it 3 seconds (timeout ends QEMU itself).
+# memtest runs until stopped: give it 3 seconds (timeout ends QEMU itself). With virtio-rng,
+# as the migration test runs it.
 timeout 3 qemu-system-x86_64 -M microvm -accel tcg -m 64M -nodefaults -no-user-config \
-    -nographic -serial stdio -no-reboot -kernel "$dir/memtest.elf" >"$tmp/memtest.out" 2>/dev/null || true
-if grep -q "^GEN 00000002 ok" "$tmp/memtest.out" && ! grep -q FAIL "$tmp/memtest.out"; then
+    -nographic -serial stdio -no-reboot -global virtio-mmio.force-legacy=false \
+    -device virtio-rng-device -kernel "$dir/memtest.elf" >"$tmp/memtest.out" 2>/dev/null || true
+if grep -q "^GEN 00000002 ok rng 10" "$tmp/memtest.out" && ! grep -q FAIL "$tmp/memtest.out"; then
     echo "qemu-tcg memtest: ok ($(grep -c '^GEN' "$tmp/memtest.out") generations checked)"
     passed=$((passed + 1))
 else
