@@ -1,6 +1,6 @@
 //! Live migration and save/restore on this host's /dev/kvm, source and target VMs in this
-//! process over Unix socket pairs: the memtest guest keeps rewriting and checking 4 MiB while it
-//! is migrated and goes on checking on the target; a paused counter guest is saved and restored
+//! process over Unix socket pairs: the memtest guest keeps rewriting and checking 4 MiB (and
+//! reading virtio-rng) while it is migrated and goes on checking on the target; a paused counter guest is saved and restored
 //! and counts on; a truncated stream, a wrong version and a target with another memory size each
 //! fail with a clear error and leave the source running.
 
@@ -120,24 +120,56 @@ fn wait_for_gen(serial: &Path, gen: u64) -> String {
 
 #[test]
 fn live_migration_keeps_the_memtest_guest_checking() {
-    let scratch = Scratch::new("migrate-live");
+    let stats = live_migration("migrate-live", &MigrationOptions::default());
+    assert!(
+        stats.pages_sent >= 1024,
+        "the 4 MiB pattern alone is 1024 pages"
+    );
+}
+
+/// Pre-copy that goes on while anything is dirty (for at most 3 rounds after the first pass):
+/// the rounds sent while the guest runs must be enough with the stop-and-copy round.
+#[test]
+fn live_migration_over_several_precopy_rounds() {
+    let options = MigrationOptions {
+        max_rounds: 3,
+        stop_copy_pages: 0,
+    };
+    let stats = live_migration("migrate-rounds", &options);
+    assert!(
+        stats.precopy_rounds() >= 2,
+        "the guest dirtied pages during the first pass, so a second round ran: {:?}",
+        stats.pages_per_round
+    );
+}
+
+/// Migrates the running memtest guest (with virtio-rng) with `options` and checks that the
+/// target goes on from where the source stopped; returns the stats.
+fn live_migration(test: &str, options: &MigrationOptions) -> vmm::migration::MigrationStats {
+    let scratch = Scratch::new(test);
     let source_serial = scratch.path("source.log");
     let target_serial = scratch.path("target.log");
-    let mut source =
-        vmm::builder::build_and_boot(&config("memtest", &source_serial)).expect("boot source");
+    // The guest also takes entropy from virtio-rng every generation: the device's rings must
+    // go on where the source left them.
+    let mut source = vmm::builder::build_and_boot(&with_rng(config("memtest", &source_serial)))
+        .expect("boot source");
     wait_for_gen(&source_serial, 1);
+    assert_lines(
+        &serial_log(&source_serial),
+        &["TEST memtest uses virtio-rng"],
+    );
 
     let (mut source_end, target_end) = UnixStream::pair().expect("socketpair");
-    let target = spawn_target(config("memtest", &target_serial), target_end);
+    let target = spawn_target(with_rng(config("memtest", &target_serial)), target_end);
     let stats = source
-        .send_migration(&mut source_end, &MigrationOptions::default())
+        .send_migration(&mut source_end, options)
         .unwrap_or_else(|e| panic!("send: {}", error_chain(&e)));
     let mut target = target
         .join()
         .expect("target thread")
         .unwrap_or_else(|e| panic!("restore: {}", error_chain(&e)));
     println!(
-        "live migration: {} pre-copy rounds, pages per round {:?} (last: stop-and-copy), \
+        "live migration ({options:?}): {} pre-copy rounds, pages per round {:?} (last: stop-and-copy), \
          {} pages / {} bytes sent, downtime {:?}, total {:?}",
         stats.precopy_rounds(),
         stats.pages_per_round,
@@ -147,10 +179,6 @@ fn live_migration_keeps_the_memtest_guest_checking() {
         stats.total
     );
     assert_eq!(source.state(), VmState::Stopped(VmExit::Stopped));
-    assert!(
-        stats.pages_sent >= 1024,
-        "the 4 MiB pattern alone is 1024 pages"
-    );
 
     let source_log = serial_log(&source_serial);
     let last_on_source = gens(&source_log).last().copied().expect("a generation");
@@ -165,6 +193,14 @@ fn live_migration_keeps_the_memtest_guest_checking() {
     );
     assert!(!combined.contains("FAIL"), "log:\n{combined}");
     assert_consecutive(&gens(&combined), "generation", &combined);
+    assert!(
+        target_log
+            .lines()
+            .filter(|l| l.ends_with(" ok rng 10"))
+            .count()
+            >= 2,
+        "the target's virtio-rng did not serve the guest; log:\n{target_log}"
+    );
 
     assert_eq!(
         target.shutdown(GUEST_DEADLINE),
@@ -174,6 +210,7 @@ fn live_migration_keeps_the_memtest_guest_checking() {
         &serial_log(&target_serial),
         &["TEST memtest shutdown requested"],
     );
+    stats
 }
 
 #[test]
@@ -181,8 +218,10 @@ fn paused_counter_guest_is_saved_and_restored() {
     let scratch = Scratch::new("migrate-paused");
     let source_serial = scratch.path("source.log");
     let target_serial = scratch.path("target.log");
-    let mut source =
-        vmm::builder::build_and_boot(&config("counter", &source_serial)).expect("boot source");
+    // With a virtio device (idle: the counter guest does not drive it), whose transport state
+    // travels too.
+    let mut source = vmm::builder::build_and_boot(&with_rng(config("counter", &source_serial)))
+        .expect("boot source");
     wait_for_serial(&source_serial, "COUNT 00000003", |log| {
         counts(log).last().is_some_and(|n| *n >= 3)
     });
@@ -193,7 +232,7 @@ fn paused_counter_guest_is_saved_and_restored() {
         .expect("a count");
 
     let (mut source_end, target_end) = UnixStream::pair().expect("socketpair");
-    let target = spawn_target(config("counter", &target_serial), target_end);
+    let target = spawn_target(with_rng(config("counter", &target_serial)), target_end);
     let stats = source
         .send_migration(&mut source_end, &MigrationOptions::default())
         .unwrap_or_else(|e| panic!("send: {}", error_chain(&e)));
@@ -231,6 +270,13 @@ fn paused_counter_guest_is_saved_and_restored() {
         target.shutdown(GUEST_DEADLINE),
         VmExit::PowerOff { code: 0 }
     );
+}
+
+fn with_rng(mut config: vmm::config::VmConfig) -> vmm::config::VmConfig {
+    config.rng = Some(vmm::config::RngConfig {
+        src: "/dev/urandom".into(),
+    });
+    config
 }
 
 /// Runs a migration of a running `guest` that must fail; returns the source's and the
@@ -331,6 +377,41 @@ fn a_target_with_another_memory_size_is_refused_and_the_source_keeps_running() {
         send.starts_with("the target refused the migration") && send.contains(expected),
         "source error: {send}"
     );
+}
+
+#[test]
+fn a_target_with_other_devices_is_refused_and_the_source_keeps_running() {
+    let scratch = Scratch::new("migrate-devices");
+    let source_serial = scratch.path("source.log");
+    let target_serial = scratch.path("target.log");
+    let mut source = vmm::builder::build_and_boot(&with_rng(config("counter", &source_serial)))
+        .expect("boot source");
+    wait_for_serial(&source_serial, "COUNT 00000001", |log| {
+        counts(log).last().is_some_and(|n| *n >= 1)
+    });
+    let (mut source_end, target_end) = UnixStream::pair().expect("socketpair");
+    let target = spawn_target(config("counter", &target_serial), target_end);
+    let send = source
+        .send_migration(&mut source_end, &MigrationOptions::default())
+        .map(|_| ())
+        .expect_err("the target has no rng device");
+    let receive = target
+        .join()
+        .expect("target thread")
+        .map(|_| ())
+        .expect_err("the target has no rng device");
+    let expected = "virtio device mismatch: the source has types [4], this VM []";
+    assert!(receive.to_string().contains(expected), "target: {receive}");
+    assert!(error_chain(&send).contains(expected), "source: {send}");
+    assert_eq!(source.state(), VmState::Running);
+    let before = counts(&serial_log(&source_serial))
+        .last()
+        .copied()
+        .expect("a count");
+    wait_for_serial(&source_serial, "counting on", |log| {
+        counts(log).last().is_some_and(|n| *n >= before + 2)
+    });
+    source.stop();
 }
 
 #[test]
