@@ -39,7 +39,7 @@ fn main() {
             let target_serial = scratch.path(&format!("{run}-b.log"));
             let mut cfg = config("memtest", &serial);
             cfg.memory.size = mib << 20;
-            let mut source = vmm::builder::build_and_boot(&cfg).expect("boot the source");
+            let source = vmm::builder::build_and_boot(&cfg).expect("boot the source");
             wait_for_serial(&serial, "GEN 00000001", |log| {
                 log.contains("GEN 00000001 ok")
             });

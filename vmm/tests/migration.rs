@@ -151,7 +151,7 @@ fn live_migration(test: &str, options: &MigrationOptions) -> vmm::migration::Mig
     let target_serial = scratch.path("target.log");
     // The guest also takes entropy from virtio-rng every generation: the device's rings must
     // go on where the source left them.
-    let mut source = vmm::builder::build_and_boot(&with_rng(config("memtest", &source_serial)))
+    let source = vmm::builder::build_and_boot(&with_rng(config("memtest", &source_serial)))
         .expect("boot source");
     wait_for_gen(&source_serial, 1);
     assert_lines(
@@ -220,7 +220,7 @@ fn paused_counter_guest_is_saved_and_restored() {
     let target_serial = scratch.path("target.log");
     // With a virtio device (idle: the counter guest does not drive it), whose transport state
     // travels too.
-    let mut source = vmm::builder::build_and_boot(&with_rng(config("counter", &source_serial)))
+    let source = vmm::builder::build_and_boot(&with_rng(config("counter", &source_serial)))
         .expect("boot source");
     wait_for_serial(&source_serial, "COUNT 00000003", |log| {
         counts(log).last().is_some_and(|n| *n >= 3)

@@ -416,7 +416,7 @@ impl Vmm {
     /// for the protocol). On success the VM here is stopped and the stats say what was sent; on
     /// failure it is running again (or still paused, if it was paused) and nothing is lost.
     pub fn send_migration<S: Read + Write>(
-        &mut self,
+        &self,
         stream: &mut S,
         options: &MigrationOptions,
     ) -> Result<MigrationStats, SendError> {
@@ -432,7 +432,8 @@ impl Vmm {
         }
         match result {
             Ok(stats) => {
-                self.stop();
+                // The vCPU threads leave their parking at once; `stop`, `wait` or drop joins them.
+                self.control.request_exit(crate::lifecycle::VmExit::Stopped);
                 Ok(stats)
             }
             Err(e) => {
@@ -453,7 +454,7 @@ impl Vmm {
     }
 
     fn migrate_out<S: Read + Write>(
-        &mut self,
+        &self,
         stream: &mut S,
         options: &MigrationOptions,
         was_paused: bool,
