@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Every Ferrovirt benchmark, one after another, printing figures (never asserting on time):
+#   1. the VMM against QEMU microvm on this host's /dev/kvm (vmm/bench/run.sh);
+#   2. guest kernel boot to the ready marker under QEMU TCG, ours vs Debian's
+#      (guest-images/bench-boot.sh);
+#   3. per-VM launcher memory overhead, KVM backend (test guest) and QEMU TCG backend
+#      (bench launcher-overhead, a cgroup standing for the Pod's);
+#   4. on the local cluster, holding the cluster lock: the launcher overhead of a real launcher
+#      Pod as virt-handler's kubevirt_vmi_launcher_memory_overhead_bytes reports it, then
+#      KubeVirt's density test (bench density).
+# The machine's load is printed before and after each part.
+#
+# Usage: bench/run.sh        (as root; hack/up.sh must have run)
+#   DENSITY_N=100   VMIs in the density test        RUNS=11  runs of the VMM benchmark
+#   BOOT_RUNS=5     runs of the boot benchmark      OVERHEAD_RUNS=3  runs of the overhead bench
+#   SKIP="vmm boot overhead cluster density"       parts to leave out
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/ferrovirt/cargo-target}
+export KUBECONFIG=${KUBECONFIG:-/var/lib/ferrovirt-cluster/kubeconfig/admin.kubeconfig}
+DENSITY_N=${DENSITY_N:-100}
+RUNS=${RUNS:-11}
+BOOT_RUNS=${BOOT_RUNS:-5}
+OVERHEAD_RUNS=${OVERHEAD_RUNS:-3}
+SKIP=${SKIP:-}
+LOCK=/tmp/ferrovirt-cluster.lock
+status=0
+
+kvm_kind() {
+  if [[ ! -e /dev/kvm ]]; then echo missing
+  elif grep -qwE 'vmx|svm' /proc/cpuinfo; then echo "hardware virtualization"
+  else echo "PVM (no vmx/svm: Linux guests run on QEMU TCG)"; fi
+}
+# The largest resident mappings of a process, from its smaps: "name size, ...".
+smaps_top() {
+  awk '/^[0-9a-f]+-[0-9a-f]+ / {name = (NF >= 6 ? $6 : "[anon:" $2 "]"); n = split(name, p, "/"); name = p[n]; next}
+       /^Rss:/ {rss[name] += $2}
+       END {for (k in rss) printf "%d %s\n", rss[k], k}' "/proc/$1/smaps" |
+    sort -rn | head -"${2:-8}" | awk '{printf "%s%s %.0f KiB", sep, $2, $1; sep = ", "}'
+  echo
+}
+load() { echo "[load average $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%H:%M:%S) UTC]"; }
+skip() { [[ " $SKIP " == *" $1 "* ]]; }
+part() { echo; echo "== $1"; load; }
+failed() { echo "!! $1 failed (exit status $2)"; status=1; }
+
+echo "Ferrovirt benchmarks, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD)"
+echo "machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), \
+$(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, kernel $(uname -r), \
+/dev/kvm: $(kvm_kind)"
+load
+
+cargo build --release --quiet -p ferrovirt-bench -p launcher -p vmm || exit 1
+bin=$CARGO_TARGET_DIR/release
+
+if ! skip vmm; then
+  part "1. VMM vs QEMU microvm, same test guest, this host's /dev/kvm (vmm/bench/run.sh --runs $RUNS)"
+  vmm/bench/run.sh --runs "$RUNS" || failed "vmm/bench/run.sh" $?
+  # Where the VMM's own memory goes: the counter guest runs until killed.
+  guests=${FERROVIRT_TEST_GUESTS:-/var/cache/ferrovirt/guest-images/current/test-guests}
+  "$bin/vmm" --kernel "$guests/counter.elf" --memory 64 --serial tty >/dev/null 2>&1 &
+  vmm_pid=$!
+  sleep 2
+  if [[ -r /proc/$vmm_pid/smaps ]]; then
+    echo "VMM profile (counter guest, 64 MiB, 2 s in): Rss $(awk '/^Rss:/ {print $2, $3}' /proc/$vmm_pid/smaps_rollup), \
+Pss $(awk '/^Pss:/ {print $2, $3}' /proc/$vmm_pid/smaps_rollup), anonymous $(awk '/^Anonymous:/ {print $2, $3}' /proc/$vmm_pid/smaps_rollup)"
+    echo "  largest mappings: $(smaps_top $vmm_pid)"
+  fi
+  kill "$vmm_pid" 2>/dev/null; wait "$vmm_pid" 2>/dev/null
+fi
+
+if ! skip boot; then
+  part "2. guest kernel boot to the ready marker under QEMU TCG (guest-images/bench-boot.sh --runs $BOOT_RUNS)"
+  guest-images/bench-boot.sh --runs "$BOOT_RUNS" || failed "guest-images/bench-boot.sh" $?
+fi
+
+if ! skip overhead; then
+  for backend in kvm qemu; do
+    part "3. launcher memory overhead, $backend backend (bench launcher-overhead --backend $backend)"
+    "$bin/launcher-overhead" --backend "$backend" --runs "$OVERHEAD_RUNS" \
+      --launcher "$bin/virt-launcher" || failed "launcher-overhead --backend $backend" $?
+  done
+fi
+
+if ! skip cluster; then
+  part "4. launcher Pod overhead on the cluster (virt-handler's kubevirt_vmi_launcher_memory_overhead_bytes)"
+  flock "$LOCK" bench/cluster-overhead.sh || failed "bench/cluster-overhead.sh" $?
+fi
+
+if ! skip density; then
+  part "5. density: $DENSITY_N minimal VMIs created 100 ms apart (bench density)"
+  flock "$LOCK" "$bin/density" --count "$DENSITY_N" || failed "density" $?
+fi
+echo
+load
+exit $status
