@@ -26,6 +26,19 @@ use crate::vmi::reconcile::NODE_LABEL;
 use crate::Error;
 
 const POLL: Duration = Duration::from_secs(1);
+/// KubeVirt's default `unschedulablePendingTimeoutSeconds`: how long a target Pod may wait for
+/// a node.
+const UNSCHEDULABLE_TIMEOUT_SECONDS: i64 = 300;
+
+/// What the scheduler said about a Pod it could not place.
+fn unschedulable_message(pod: &Pod) -> String {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"))
+        .and_then(|c| c.message.clone())
+        .unwrap_or_else(|| "no node was found".into())
+}
 
 fn now() -> Time {
     Time(Timestamp::now())
@@ -362,6 +375,28 @@ pub async fn reconcile(
     }
     let pod = target_pod.expect("checked above");
     let pod_node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+    if phase == MigrationPhase::Scheduling && pod_node.is_none() {
+        let since = status
+            .phase_transition_timestamps
+            .iter()
+            .rev()
+            .find(|t| t.phase == MigrationPhase::Scheduling)
+            .map(|t| t.phase_transition_timestamp.0);
+        let waited = since.map(|t| Timestamp::now().duration_since(t).as_secs());
+        if waited.is_some_and(|secs| secs >= UNSCHEDULABLE_TIMEOUT_SECONDS) {
+            let why = format!(
+                "the target Pod could not be scheduled within {UNSCHEDULABLE_TIMEOUT_SECONDS} s: {}",
+                unschedulable_message(&pod)
+            );
+            patch_vmi_state(
+                &vmis,
+                &vmi,
+                json!({"failed": true, "failureReason": why, "endTimestamp": now()}),
+            )
+            .await?;
+            return Ok(Action::requeue(Duration::from_millis(200)));
+        }
+    }
     let pod_running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
     let mut state = state;
     let next = match phase {
