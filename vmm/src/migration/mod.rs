@@ -14,7 +14,8 @@
 //! `tag u32, length u64, payload` (little-endian throughout):
 //!
 //! 1. source -> target `HELLO`: RAM ranges (count u32, then start u64 + length u64 each), vCPU
-//!    count (u32), virtio device types in slot order (count u32, then u32 each), paused (u8).
+//!    count (u32), virtio device types in slot order (count u32, then u32 each), paused (u8),
+//!    the disks whose content is copied (count u32, then slot u32 + size u64 each).
 //! 2. target -> source `REPLY`: code (u8: 0 accepted, 1 ready, 2 refused) and a message. The
 //!    target refuses a stream of another version, another memory layout, vCPU count or device
 //!    list, saying which; the source then returns [`SendError::Refused`] and keeps running.
@@ -26,6 +27,14 @@
 //!    guest keeps running. Once a round's dirty set is at most
 //!    [`MigrationOptions::stop_copy_pages`] pages, or after [`MigrationOptions::max_rounds`]
 //!    rounds, the source pauses the vCPUs and the device workers and sends the last dirty pages.
+//!    Each round also sends, in `DISK` sections (slot u32, round u32, then runs of
+//!    `offset u64, length u32, bytes`), the blocks of each copied disk that the guest wrote:
+//!    round 0 every non-zero 64 KiB block, then the blocks virtio-blk recorded as written
+//!    (KubeVirt's block migration). Copied disks are the writable ones except those named in
+//!    [`MigrationOptions::shared_disks`] (shared storage, which the target already sees: copying
+//!    into it while the source runs would undo the source's newer writes). The target checks
+//!    that it has a writable disk of the same size in that slot, writes the blocks into its own
+//!    file and flushes it before it reports ready.
 //! 4. source -> target `STATE`: the VM (PICs, IOAPIC, PIT, KVM clock), each vCPU (see
 //!    [`state`]), COM1, the i8042 and each virtio-mmio transport; then `END`.
 //! 5. target -> source `REPLY` ready: the target has restored everything; it then runs (unless
@@ -36,8 +45,8 @@
 //! early is reported as truncated, with the part that was incomplete.
 //!
 //! Limits: host-side connections of virtio-vsock and a frame virtio-net had read from its tap
-//! but not yet delivered do not travel (the target opens its own tap, vsock socket and disk
-//! files from its config; disks must be shared storage or copied beforehand).
+//! but not yet delivered do not travel (the target opens its own tap and vsock socket from its
+//! config). Read-only disks are not copied: the target must have the same image.
 
 pub mod state;
 pub mod wire;
@@ -50,6 +59,7 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryError, Guest
 
 use crate::builder::{build_machine, Machine, StartVmError};
 use crate::config::VmConfig;
+use crate::devices::virtio::block::{DiskHandle, DIRTY_BLOCK};
 use crate::lifecycle::Requested;
 use crate::vmm::{VmState, Vmm};
 use crate::vstate::memory::{
@@ -75,8 +85,11 @@ const REPLY_REFUSED: u8 = 2;
 pub struct MigrationOptions {
     /// Pre-copy rounds after the first full pass before stopping the VM regardless.
     pub max_rounds: u32,
-    /// Stop and copy once a round's dirty set is this small (pages).
+    /// Stop and copy once a round's dirty set is this small (pages; a written disk block
+    /// counts as 16 pages).
     pub stop_copy_pages: u64,
+    /// Ids of writable disks on shared storage, which are not copied.
+    pub shared_disks: Vec<String>,
 }
 
 impl Default for MigrationOptions {
@@ -84,6 +97,7 @@ impl Default for MigrationOptions {
         MigrationOptions {
             max_rounds: 30,
             stop_copy_pages: 256,
+            shared_disks: Vec::new(),
         }
     }
 }
@@ -95,6 +109,8 @@ pub struct MigrationStats {
     /// stop-and-copy round.
     pub pages_per_round: Vec<u64>,
     pub pages_sent: u64,
+    /// Disk blocks (64 KiB at most) sent, all rounds and disks together.
+    pub disk_blocks_sent: u64,
     pub bytes_sent: u64,
     /// From pausing the source to the target's ready reply.
     pub downtime: Duration,
@@ -123,6 +139,13 @@ pub enum SendError {
     DirtyLog(#[source] DirtyLogError),
     #[error("read guest memory at {0:#x}")]
     ReadMemory(u64, #[source] GuestMemoryError),
+    #[error("read disk {id:?} at {offset:#x}")]
+    ReadDisk {
+        id: String,
+        offset: u64,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("save the VM state")]
     SaveState(#[source] KvmStateError),
 }
@@ -153,6 +176,17 @@ pub enum ReceiveError {
         source_devices: Vec<u32>,
         target_devices: Vec<u32>,
     },
+    #[error("disk mismatch in virtio slot {slot}: {why}")]
+    DiskMismatch { slot: u32, why: String },
+    #[error("write disk of virtio slot {slot} at {offset:#x}")]
+    WriteDisk {
+        slot: u32,
+        offset: u64,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("DISK section for virtio slot {slot}, which the HELLO did not announce")]
+    UnknownDisk { slot: u32 },
     #[error("{pages} pages at {gpa:#x} are outside guest memory")]
     PageOutsideMemory { gpa: u64, pages: u32 },
     #[error("the stream ended without a STATE section")]
@@ -201,6 +235,8 @@ struct Hello {
     vcpus: u32,
     devices: Vec<u32>,
     paused: bool,
+    /// Copied disks: (virtio slot, size in bytes).
+    disks: Vec<(u32, u64)>,
 }
 
 impl Hello {
@@ -215,6 +251,10 @@ impl Hello {
             e.u32(*d);
         }
         e.u8(u8::from(self.paused));
+        e.u32(self.disks.len() as u32);
+        for (slot, size) in &self.disks {
+            e.u32(*slot).u64(*size);
+        }
         e.0
     }
 
@@ -234,12 +274,20 @@ impl Hello {
         }
         let devices = (0..n).map(|_| d.u32()).collect::<Result<Vec<_>, _>>()?;
         let paused = d.u8()? != 0;
+        let n = d.u32()?;
+        if n > 64 {
+            return Err(d.malformed(format!("{n} disks")));
+        }
+        let disks = (0..n)
+            .map(|_| Ok((d.u32()?, d.u64()?)))
+            .collect::<Result<Vec<_>, WireError>>()?;
         d.finish()?;
         Ok(Hello {
             ranges,
             vcpus,
             devices,
             paused,
+            disks,
         })
     }
 }
@@ -403,6 +451,90 @@ fn dirty_gpas(mem: &GuestMemoryMmap, bitmaps: &[Vec<u64>]) -> Vec<u64> {
     gpas
 }
 
+/// The set bits of `bitmap` below `limit`, ascending.
+fn set_bits(bitmap: &[u64], limit: u64) -> Vec<u64> {
+    let mut bits = Vec::new();
+    for (w, word) in bitmap.iter().enumerate() {
+        let mut rest = *word;
+        while rest != 0 {
+            let bit = w as u64 * 64 + u64::from(rest.trailing_zeros());
+            if bit < limit {
+                bits.push(bit);
+            }
+            rest &= rest - 1;
+        }
+    }
+    bits
+}
+
+/// A disk whose content the migration copies, and its blocks written and not sent yet.
+struct CopiedDisk {
+    slot: u32,
+    handle: DiskHandle,
+    size: u64,
+    pending: Vec<u64>,
+}
+
+impl CopiedDisk {
+    fn blocks(&self) -> u64 {
+        self.size.div_ceil(DIRTY_BLOCK)
+    }
+
+    /// Takes the blocks written since the last call into `pending`.
+    fn take_written(&mut self) {
+        let written = self.handle.take_written();
+        for (a, b) in self.pending.iter_mut().zip(written) {
+            *a |= b;
+        }
+    }
+
+    /// Sends the pending blocks (all blocks, zero ones left out, when `all`) as DISK sections.
+    fn send<S: Write>(
+        &mut self,
+        stream: &mut S,
+        round: u32,
+        all: bool,
+        stats: &mut MigrationStats,
+    ) -> Result<(), SendError> {
+        let blocks: Vec<u64> = if all {
+            (0..self.blocks()).collect()
+        } else {
+            set_bits(&self.pending, self.blocks())
+        };
+        self.pending.fill(0);
+        let mut payload = Encoder::default();
+        payload.u32(self.slot).u32(round);
+        let header = payload.0.len();
+        let mut buf = vec![0u8; DIRTY_BLOCK as usize];
+        for block in blocks {
+            let offset = block * DIRTY_BLOCK;
+            let len = DIRTY_BLOCK.min(self.size - offset) as usize;
+            self.handle
+                .read_at(&mut buf[..len], offset)
+                .map_err(|source| SendError::ReadDisk {
+                    id: self.handle.id().to_string(),
+                    offset,
+                    source,
+                })?;
+            if all && buf[..len].iter().all(|b| *b == 0) {
+                continue;
+            }
+            payload.u64(offset).bytes(&buf[..len]);
+            stats.disk_blocks_sent += 1;
+            if payload.0.len() >= MEMORY_SECTION_BYTES {
+                wire::write_section(stream, wire::TAG_DISK, &payload.0)?;
+                stats.bytes_sent += payload.0.len() as u64 + 12;
+                payload.0.truncate(header);
+            }
+        }
+        if payload.0.len() > header {
+            wire::write_section(stream, wire::TAG_DISK, &payload.0)?;
+            stats.bytes_sent += payload.0.len() as u64 + 12;
+        }
+        Ok(())
+    }
+}
+
 fn merge(into: &mut [Vec<u64>], more: Vec<Vec<u64>>) {
     for (a, b) in into.iter_mut().zip(more) {
         for (x, y) in a.iter_mut().zip(b) {
@@ -476,6 +608,28 @@ impl Vmm {
                 })
                 .collect(),
             paused: was_paused,
+            disks: Vec::new(),
+        };
+        let mut disks: Vec<CopiedDisk> = Vec::new();
+        for (slot, transport) in self.devices.virtio.iter().enumerate() {
+            let Some(handle) = transport.lock().unwrap_or_else(|e| e.into_inner()).disk() else {
+                continue;
+            };
+            if handle.readonly() || options.shared_disks.iter().any(|id| id == handle.id()) {
+                continue;
+            }
+            let size = handle.size_bytes();
+            let words = size.div_ceil(DIRTY_BLOCK).div_ceil(64) as usize;
+            disks.push(CopiedDisk {
+                slot: slot as u32,
+                handle,
+                size,
+                pending: vec![0; words],
+            });
+        }
+        let hello = Hello {
+            disks: disks.iter().map(|d| (d.slot, d.size)).collect(),
+            ..hello
         };
         wire::write_preamble(stream)?;
         wire::write_section(stream, wire::TAG_HELLO, &hello.encode())?;
@@ -488,6 +642,9 @@ impl Vmm {
 
         let mut stats = MigrationStats::default();
         set_dirty_logging(&self.vm.fd, &mem, true).map_err(SendError::DirtyLogging)?;
+        for disk in &mut disks {
+            disk.handle.take_written();
+        }
         let round0 = send_pages(
             stream,
             &mem,
@@ -497,17 +654,35 @@ impl Vmm {
             &mut stats,
         )?;
         stats.pages_per_round.push(round0);
+        for disk in &mut disks {
+            disk.send(stream, 0, true, &mut stats)?;
+        }
         let mut round = 1u32;
         let mut pending = take_dirty_pages(&self.vm.fd, &mem).map_err(SendError::DirtyLog)?;
+        for disk in &mut disks {
+            disk.take_written();
+        }
         while !was_paused && round <= options.max_rounds {
             let gpas = dirty_gpas(&mem, &pending);
-            if gpas.len() as u64 <= options.stop_copy_pages {
+            let disk_blocks: u64 = disks
+                .iter()
+                .map(|d| set_bits(&d.pending, d.blocks()).len() as u64)
+                .sum();
+            if gpas.len() as u64 + disk_blocks * (DIRTY_BLOCK / PAGE_SIZE)
+                <= options.stop_copy_pages
+            {
                 break;
             }
             let sent = send_pages(stream, &mem, round, gpas.into_iter(), false, &mut stats)?;
             stats.pages_per_round.push(sent);
+            for disk in &mut disks {
+                disk.send(stream, round, false, &mut stats)?;
+            }
             round += 1;
             pending = take_dirty_pages(&self.vm.fd, &mem).map_err(SendError::DirtyLog)?;
+            for disk in &mut disks {
+                disk.take_written();
+            }
         }
 
         // Stop and copy.
@@ -530,6 +705,10 @@ impl Vmm {
         let gpas = dirty_gpas(&mem, &pending);
         let sent = send_pages(stream, &mem, round, gpas.into_iter(), false, &mut stats)?;
         stats.pages_per_round.push(sent);
+        for disk in &mut disks {
+            disk.take_written();
+            disk.send(stream, round, false, &mut stats)?;
+        }
 
         let state = self.save_state().map_err(SendError::SaveState)?;
         wire::write_section(stream, wire::TAG_STATE, &state)?;
@@ -641,10 +820,11 @@ fn receive<S: Read + Write>(
     }
     let hello = Hello::decode(&wire::read_payload(stream, tag, len, HELLO_LIMIT)?)?;
     check_hello(&machine, &hello)?;
+    let disks = target_disks(&machine, &hello)?;
     write_reply(stream, preamble_sent, REPLY_ACCEPTED, "accepted")?;
 
     let mem = machine.mem.clone();
-    let memory_limit = MEMORY_SECTION_BYTES as u64 + PAGE_SIZE + 16;
+    let memory_limit = MEMORY_SECTION_BYTES as u64 + DIRTY_BLOCK + 64;
     let mut state = None;
     loop {
         let (tag, len) = wire::read_section_header(stream)?;
@@ -652,6 +832,10 @@ fn receive<S: Read + Write>(
             wire::TAG_MEMORY => {
                 let payload = wire::read_payload(stream, tag, len, memory_limit)?;
                 apply_memory(&mem, &payload)?;
+            }
+            wire::TAG_DISK => {
+                let payload = wire::read_payload(stream, tag, len, memory_limit)?;
+                apply_disk(&disks, &payload)?;
             }
             wire::TAG_STATE => state = Some(wire::read_payload(stream, tag, len, STATE_LIMIT)?),
             wire::TAG_END => break,
@@ -665,6 +849,13 @@ fn receive<S: Read + Write>(
         }
     }
     let state = state.ok_or(ReceiveError::NoState)?;
+    for (slot, disk) in &disks {
+        disk.flush().map_err(|source| ReceiveError::WriteDisk {
+            slot: *slot,
+            offset: 0,
+            source,
+        })?;
+    }
     let vmm = restore_machine(machine, &state)?;
     Ok((vmm, hello.paused))
 }
@@ -698,6 +889,70 @@ fn check_hello(machine: &Machine, hello: &Hello) -> Result<(), ReceiveError> {
             source_devices: hello.devices.clone(),
             target_devices: devices,
         });
+    }
+    Ok(())
+}
+
+/// This VM's disks for the copied disks the HELLO announces, checked: same slot, writable,
+/// same size.
+fn target_disks(machine: &Machine, hello: &Hello) -> Result<Vec<(u32, DiskHandle)>, ReceiveError> {
+    let mut disks = Vec::new();
+    for &(slot, size) in &hello.disks {
+        let mismatch = |why: String| ReceiveError::DiskMismatch { slot, why };
+        let handle = machine
+            .virtio
+            .get(slot as usize)
+            .and_then(|t| t.lock().unwrap_or_else(|e| e.into_inner()).disk())
+            .ok_or_else(|| mismatch("this VM has no disk there".into()))?;
+        if handle.readonly() {
+            return Err(mismatch(format!(
+                "disk {:?} is read-only here",
+                handle.id()
+            )));
+        }
+        let here = handle.size_bytes();
+        if here != size {
+            return Err(mismatch(format!(
+                "the source's disk has {size} bytes, disk {:?} here {here}",
+                handle.id()
+            )));
+        }
+        disks.push((slot, handle));
+    }
+    Ok(disks)
+}
+
+fn apply_disk(disks: &[(u32, DiskHandle)], payload: &[u8]) -> Result<(), ReceiveError> {
+    let mut d = Decoder::new(payload, "DISK");
+    let slot = d.u32()?;
+    let _round = d.u32()?;
+    let handle = disks
+        .iter()
+        .find(|(s, _)| *s == slot)
+        .map(|(_, h)| h)
+        .ok_or(ReceiveError::UnknownDisk { slot })?;
+    let size = handle.size_bytes();
+    while !d.is_empty() {
+        let offset = d.u64()?;
+        let data = d.bytes()?;
+        if offset
+            .checked_add(data.len() as u64)
+            .is_none_or(|end| end > size)
+        {
+            return Err(d
+                .malformed(format!(
+                    "{} bytes at {offset:#x} are past the end of the {size}-byte disk",
+                    data.len()
+                ))
+                .into());
+        }
+        handle
+            .write_at(data, offset)
+            .map_err(|source| ReceiveError::WriteDisk {
+                slot,
+                offset,
+                source,
+            })?;
     }
     Ok(())
 }
@@ -797,12 +1052,14 @@ mod tests {
             vcpus: 2,
             devices: vec![2, 4],
             paused: true,
+            disks: vec![(0, 1 << 20)],
         };
         let back = Hello::decode(&hello.encode()).unwrap();
         assert_eq!(back.ranges, hello.ranges);
         assert_eq!(back.vcpus, 2);
         assert_eq!(back.devices, vec![2, 4]);
         assert!(back.paused);
+        assert_eq!(back.disks, vec![(0, 1 << 20)]);
         let bytes = hello.encode();
         assert!(Hello::decode(&bytes[..bytes.len() - 1]).is_err());
     }

@@ -15,6 +15,7 @@ pub const TAG_HELLO: u32 = 1;
 pub const TAG_MEMORY: u32 = 2;
 pub const TAG_STATE: u32 = 3;
 pub const TAG_END: u32 = 4;
+pub const TAG_DISK: u32 = 5;
 pub const TAG_REPLY: u32 = 16;
 
 /// Name of a section tag, for errors.
@@ -24,6 +25,7 @@ pub fn tag_name(tag: u32) -> &'static str {
         TAG_MEMORY => "MEMORY",
         TAG_STATE => "STATE",
         TAG_END => "END",
+        TAG_DISK => "DISK",
         TAG_REPLY => "REPLY",
         _ => "unknown",
     }

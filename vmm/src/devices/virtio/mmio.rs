@@ -169,6 +169,11 @@ impl MmioTransport {
         }
     }
 
+    /// The device's disk, if it is a virtio-blk device.
+    pub fn disk(&self) -> Option<super::block::DiskHandle> {
+        self.device.disk()
+    }
+
     /// The registers and queue configuration.
     pub fn state(&self) -> TransportState {
         let (interrupt_status, broken) = self.interrupt.save();

@@ -144,4 +144,8 @@ pub trait VirtioDevice: Send {
     fn reset(&mut self);
     /// The running worker thread, if the device is active.
     fn worker(&mut self) -> Option<&mut worker::WorkerHandle>;
+    /// The disk behind the device, for a live migration to copy (virtio-blk only).
+    fn disk(&self) -> Option<block::DiskHandle> {
+        None
+    }
 }

@@ -1,6 +1,10 @@
 //! The virtio-blk `VirtioDevice`: config space (capacity in sectors), features, and a worker
 //! thread that drains the request queue whenever the guest notifies it.
+//!
+//! Every write is recorded in a bitmap of [`DIRTY_BLOCK`]-byte blocks, which a live migration
+//! reads and clears through the device's [`DiskHandle`] to copy what the guest wrote.
 
+use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 
@@ -19,17 +23,107 @@ use crate::devices::virtio::{
 const QUEUE_SIZES: [u16; 1] = [256];
 const REQUEST_QUEUE_EVENT: u64 = 0;
 
+/// Granularity of the written-blocks bitmap.
+pub const DIRTY_BLOCK: u64 = 64 << 10;
+
 /// The disk and what the worker needs besides the queue.
 struct Disk {
     backend: Box<dyn DiskBackend>,
     readonly: bool,
     id: [u8; VIRTIO_BLK_ID_BYTES],
+    /// Blocks written since the migration last took them: bit `i` is block `i`.
+    written: Vec<u64>,
+}
+
+/// Sets the bits of the blocks `offset..offset + len` touches.
+fn mark_written(written: &mut [u64], offset: u64, len: u64) {
+    if len == 0 {
+        return;
+    }
+    let first = offset / DIRTY_BLOCK;
+    let last = (offset + len - 1) / DIRTY_BLOCK;
+    for block in first..=last {
+        if let Some(word) = written.get_mut((block / 64) as usize) {
+            *word |= 1 << (block % 64);
+        }
+    }
+}
+
+/// A backend whose writes are recorded in the written-blocks bitmap.
+struct Tracking<'a> {
+    inner: &'a mut dyn DiskBackend,
+    written: &'a mut [u64],
+}
+
+impl DiskBackend for Tracking<'_> {
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn read_at(&mut self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&mut self, buf: &[u8], offset: u64) -> io::Result<()> {
+        mark_written(self.written, offset, buf.len() as u64);
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// The disk of a virtio-blk device as a live migration sees it.
+#[derive(Clone)]
+pub struct DiskHandle {
+    disk: Arc<Mutex<Disk>>,
+    id: String,
+}
+
+impl DiskHandle {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Disk> {
+        self.disk.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The disk's id from the config.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.lock().backend.size_bytes()
+    }
+
+    pub fn readonly(&self) -> bool {
+        self.lock().readonly
+    }
+
+    /// The blocks written since the last call (bit `i`: block `i` of [`DIRTY_BLOCK`] bytes),
+    /// cleared.
+    pub fn take_written(&self) -> Vec<u64> {
+        let mut disk = self.lock();
+        let taken = disk.written.clone();
+        disk.written.fill(0);
+        taken
+    }
+
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.lock().backend.read_at(buf, offset)
+    }
+
+    /// Writes through to the backend (a migration target filling its disk).
+    pub fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.lock().backend.write_at(buf, offset)
+    }
+
+    pub fn flush(&self) -> io::Result<()> {
+        self.lock().backend.flush()
+    }
 }
 
 /// A virtio-blk device.
 pub struct Block {
     /// Shared with the worker while the device is active.
     disk: Arc<Mutex<Disk>>,
+    id: String,
     capacity: u64,
     readonly: bool,
     worker: Option<WorkerHandle>,
@@ -38,12 +132,15 @@ pub struct Block {
 impl Block {
     pub fn new(backend: Box<dyn DiskBackend>, readonly: bool, id: &str) -> Block {
         let capacity = backend.size_bytes() / SECTOR_SIZE;
+        let blocks = backend.size_bytes().div_ceil(DIRTY_BLOCK);
         Block {
             disk: Arc::new(Mutex::new(Disk {
                 backend,
                 readonly,
                 id: disk_id(id),
+                written: vec![0; blocks.div_ceil(64) as usize],
             })),
+            id: id.to_string(),
             capacity,
             readonly,
             worker: None,
@@ -76,7 +173,10 @@ impl BlockWorker {
                     req.execute(
                         &self.mem,
                         DiskView {
-                            backend: disk.backend.as_mut(),
+                            backend: &mut Tracking {
+                                inner: disk.backend.as_mut(),
+                                written: &mut disk.written,
+                            },
                             readonly: disk.readonly,
                             id: &disk.id,
                         },
@@ -169,6 +269,13 @@ impl VirtioDevice for Block {
         self.worker.as_mut()
     }
 
+    fn disk(&self) -> Option<DiskHandle> {
+        Some(DiskHandle {
+            disk: self.disk.clone(),
+            id: self.id.clone(),
+        })
+    }
+
     fn reset(&mut self) {
         if let Some(mut worker) = self.worker.take() {
             worker.stop();
@@ -179,6 +286,36 @@ impl VirtioDevice for Block {
 #[cfg(test)]
 pub(super) mod tests_support {
     use super::*;
+
+    /// A worker over a mock queue and the handle a migration would use, for tests.
+    pub(in crate::devices::virtio::block) fn worker_and_handle<D: DiskBackend + 'static>(
+        mem: GuestMemoryMmap,
+        queue: Queue,
+        interrupt: Arc<Interrupt>,
+        disk: D,
+    ) -> (BlockWorker, DiskHandle) {
+        let blocks = disk.size_bytes().div_ceil(DIRTY_BLOCK);
+        let disk = Arc::new(Mutex::new(Disk {
+            backend: Box::new(disk),
+            readonly: false,
+            id: disk_id("t"),
+            written: vec![0; blocks.div_ceil(64) as usize],
+        }));
+        let worker = BlockWorker {
+            mem,
+            queue,
+            evt: EventFd::new(libc::EFD_NONBLOCK).unwrap(),
+            interrupt,
+            disk: disk.clone(),
+        };
+        (
+            worker,
+            DiskHandle {
+                disk,
+                id: "t".into(),
+            },
+        )
+    }
 
     /// A worker over a mock queue, for tests.
     pub(in crate::devices::virtio::block) fn worker<D: DiskBackend + 'static>(
@@ -196,6 +333,7 @@ pub(super) mod tests_support {
                 backend: Box::new(disk),
                 readonly: false,
                 id: disk_id("t"),
+                written: vec![0; 4],
             })),
         }
     }

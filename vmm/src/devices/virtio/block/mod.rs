@@ -15,7 +15,7 @@ pub mod request;
 #[cfg(test)]
 mod tests;
 
-pub use device::Block;
+pub use device::{Block, DiskHandle, DIRTY_BLOCK};
 
 /// Bytes per sector.
 pub const SECTOR_SIZE: u64 = 512;

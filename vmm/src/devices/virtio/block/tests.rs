@@ -395,3 +395,35 @@ fn device_processes_a_good_chain() {
     assert_eq!(status(&mem), VIRTIO_BLK_S_OK);
     let _ = Queue::new(16).unwrap().max_size();
 }
+
+#[test]
+fn writes_are_recorded_for_migration() {
+    let mem = mem();
+    // Sector 200 is byte 102400: block 1 of 64 KiB.
+    header(&mem, VIRTIO_BLK_T_OUT, 200);
+    let mock = MockSplitQueue::new(&mem, 16);
+    mock.add_desc_chains(
+        &[
+            desc(HDR, 16, NEXT, 1),
+            desc(DATA, 512, NEXT, 2),
+            desc(STATUS, 1, WRITE, 0),
+        ],
+        0,
+    )
+    .unwrap();
+    let queue: Queue = mock.create_queue().unwrap();
+    let interrupt = Arc::new(Interrupt::new(EventFd::new(libc::EFD_NONBLOCK).unwrap()));
+    let (mut worker, handle) = super::device::tests_support::worker_and_handle(
+        mem.clone(),
+        queue,
+        interrupt.clone(),
+        MemDisk::new(1024),
+    );
+    assert_eq!(handle.take_written(), vec![0]);
+    worker.process_queue();
+    assert_eq!(status(&mem), VIRTIO_BLK_S_OK);
+    assert_eq!(handle.take_written(), vec![0b10]);
+    assert_eq!(handle.take_written(), vec![0], "taking clears");
+    assert_eq!(handle.size_bytes(), 1024 * 512);
+    assert_eq!(handle.id(), "t");
+}
