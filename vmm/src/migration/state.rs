@@ -140,7 +140,10 @@ pub fn migratable_msrs(kvm: &Kvm, fd: &VcpuFd) -> Result<Vec<u32>, KvmStateError
             return Ok(indices);
         }
         // KVM stops at the first MSR it refuses: leave that one out and try again.
-        log::info!("migration: KVM does not read MSR {:#x}: left out", indices[read]);
+        log::info!(
+            "migration: KVM does not read MSR {:#x}: left out",
+            indices[read]
+        );
         indices.remove(read);
     }
 }
