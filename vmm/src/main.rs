@@ -9,7 +9,17 @@
 //! The exit status says why the VM stopped: 0 guest power-off with code 0 or reset, the guest's
 //! code (mod 256) for a non-zero power-off code, 2 triple fault, 3 stopped by the host, 1 an
 //! error.
+//!
+//! Live migration between two `vmm` processes with the same config (see `vmm::migration`):
+//!
+//! ```text
+//! vmm ... --incoming /run/m.sock        # target: waits for the source on the socket
+//! vmm ... --migrate-to /run/m.sock      # source: on SIGUSR1 migrates there
+//! ```
+//! The source exits with status 0 once the target runs; a failed migration is printed and the
+//! VM goes on running on the source.
 
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,6 +29,7 @@ use clap::Parser;
 use vmm::capability::{self, KvmCapability, NEEDS_HARDWARE_VIRT};
 use vmm::config::{ConsoleConfig, DiskConfig, NetConfig, RngConfig, VmConfig, VsockConfig};
 use vmm::lifecycle::VmExit;
+use vmm::migration::{MigrationOptions, MigrationStats};
 
 #[derive(Parser, Debug)]
 #[command(name = "vmm", about = "Ferrovirt microVM VMM on KVM")]
@@ -66,6 +77,13 @@ struct Args {
     /// At exit, print how much guest memory was touched (for benchmarks).
     #[arg(long)]
     stats: bool,
+    /// Migration target: listen on this unix socket and restore the VM from the first
+    /// connection instead of booting it.
+    #[arg(long)]
+    incoming: Option<PathBuf>,
+    /// Migration source: on SIGUSR1, migrate the VM to the target listening on this socket.
+    #[arg(long)]
+    migrate_to: Option<PathBuf>,
 }
 
 fn parse_console(spec: &str) -> Result<ConsoleConfig, String> {
@@ -146,13 +164,44 @@ fn build_config(args: &Args) -> Result<VmConfig, String> {
 
 static TERMINATE: AtomicBool = AtomicBool::new(false);
 static INTERRUPT: AtomicBool = AtomicBool::new(false);
+static MIGRATE: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(signal: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
-    if signal == libc::SIGTERM {
-        TERMINATE.store(true, Ordering::SeqCst);
-    } else {
-        INTERRUPT.store(true, Ordering::SeqCst);
+    match signal {
+        libc::SIGTERM => TERMINATE.store(true, Ordering::SeqCst),
+        libc::SIGUSR1 => MIGRATE.store(true, Ordering::SeqCst),
+        _ => INTERRUPT.store(true, Ordering::SeqCst),
     }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    text
+}
+
+/// Listens on `socket`, takes one connection and restores the VM from it.
+fn receive(config: &VmConfig, socket: &std::path::Path) -> Result<vmm::vmm::Vmm, String> {
+    let _ = std::fs::remove_file(socket);
+    let listener =
+        UnixListener::bind(socket).map_err(|e| format!("listen on {}: {e}", socket.display()))?;
+    let (mut stream, _) = listener
+        .accept()
+        .map_err(|e| format!("accept on {}: {e}", socket.display()))?;
+    let _ = std::fs::remove_file(socket);
+    vmm::vmm::Vmm::restore_from(config, &mut stream).map_err(|e| error_chain(&e))
+}
+
+/// Migrates `vm` to the target listening on `socket`.
+fn send(vm: &vmm::vmm::Vmm, socket: &std::path::Path) -> Result<MigrationStats, String> {
+    let mut stream =
+        UnixStream::connect(socket).map_err(|e| format!("connect to {}: {e}", socket.display()))?;
+    vm.send_migration(&mut stream, &MigrationOptions::default())
+        .map_err(|e| error_chain(&e))
 }
 
 fn exit_code(exit: &VmExit) -> u8 {
@@ -187,27 +236,48 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    for signal in [libc::SIGTERM, libc::SIGINT] {
+    for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGUSR1] {
         if let Err(e) = vmm_sys_util::signal::register_signal_handler(signal, on_signal) {
             eprintln!("vmm: cannot handle signal {signal}: {e}");
         }
     }
-    let mut vm = match vmm::builder::build_and_boot(&config) {
+    let started = match &args.incoming {
+        Some(socket) => receive(&config, socket).inspect(|_| {
+            eprintln!("vmm: VM received from {}", socket.display());
+        }),
+        None => vmm::builder::build_and_boot(&config).map_err(|e| error_chain(&e)),
+    };
+    let mut vm = match started {
         Ok(vm) => vm,
         Err(e) => {
-            let mut text = format!("vmm: {e}");
-            let mut source = std::error::Error::source(&e);
-            while let Some(cause) = source {
-                text.push_str(&format!(": {cause}"));
-                source = cause.source();
-            }
-            eprintln!("{text}");
+            eprintln!("vmm: {e}");
             return ExitCode::from(1);
         }
     };
     let exit = loop {
         if let Some(exit) = vm.wait_timeout(Duration::from_millis(100)) {
             break exit;
+        }
+        if MIGRATE.swap(false, Ordering::SeqCst) {
+            match &args.migrate_to {
+                None => eprintln!("vmm: SIGUSR1 without --migrate-to: nothing to do"),
+                Some(socket) => match send(&vm, socket) {
+                    Ok(stats) => {
+                        eprintln!(
+                            "vmm: VM migrated to {}: pages per round {:?}, {} bytes, \
+                             downtime {:?}, total {:?}",
+                            socket.display(),
+                            stats.pages_per_round,
+                            stats.bytes_sent,
+                            stats.downtime,
+                            stats.total
+                        );
+                        vm.stop();
+                        return ExitCode::SUCCESS;
+                    }
+                    Err(e) => eprintln!("vmm: migration failed, the VM runs on here: {e}"),
+                },
+            }
         }
         if INTERRUPT.load(Ordering::SeqCst) {
             break vm.stop();

@@ -604,3 +604,103 @@ fn a_target_with_a_smaller_disk_is_refused_and_the_source_keeps_running() {
         counts(log).last().is_some_and(|n| *n >= before + 2)
     });
 }
+
+/// Kills and reaps a child process when dropped (a failing test leaves no VM behind).
+struct ChildGuard(std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl ChildGuard {
+    /// Waits for the process to exit; fails the test after the deadline.
+    fn wait(&mut self, what: &str) -> std::process::ExitStatus {
+        let deadline = std::time::Instant::now() + GUEST_DEADLINE;
+        loop {
+            if let Some(status) = self.0.try_wait().expect("wait for the child") {
+                return status;
+            }
+            assert!(std::time::Instant::now() < deadline, "{what} did not exit");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
+        let ret = unsafe { libc::kill(self.0.id() as libc::pid_t, signal) };
+        assert_eq!(ret, 0, "signal the child");
+    }
+}
+
+/// The deployment shape: two `vmm` processes (two launchers), the target listening on a Unix
+/// socket (`--incoming`), the source migrating on SIGUSR1 (`--migrate-to`).
+#[test]
+fn two_vmm_processes_migrate_over_a_unix_socket() {
+    let scratch = Scratch::new("migrate-processes");
+    let socket = scratch.path("migration.sock");
+    let source_serial = scratch.path("source.log");
+    let target_serial = scratch.path("target.log");
+    let kernel = guest("memtest");
+    let vmm = |serial: &Path, stderr: &str, extra: [&std::ffi::OsStr; 2]| {
+        let stderr = std::fs::File::create(scratch.path(stderr)).expect("stderr file");
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_vmm"))
+            .arg("--kernel")
+            .arg(&kernel)
+            .args(["--memory", "64", "--rng", "--serial"])
+            .arg(format!("file:{}", serial.display()))
+            .args(extra)
+            .stderr(stderr)
+            .spawn()
+            .expect("start vmm");
+        ChildGuard(child)
+    };
+    let mut target = vmm(
+        &target_serial,
+        "target.err",
+        ["--incoming".as_ref(), socket.as_os_str()],
+    );
+    wait_for_serial(&socket, "the target's socket", |_| socket.exists());
+    let mut source = vmm(
+        &source_serial,
+        "source.err",
+        ["--migrate-to".as_ref(), socket.as_os_str()],
+    );
+    wait_for_gen(&source_serial, 1);
+    source.signal(libc::SIGUSR1);
+    let status = source.wait("the source vmm");
+    let source_err = std::fs::read_to_string(scratch.path("source.err")).unwrap_or_default();
+    println!("source: {source_err}");
+    assert!(
+        status.success(),
+        "source exit {status}; stderr:\n{source_err}"
+    );
+    assert!(source_err.contains("vmm: VM migrated to "), "{source_err}");
+
+    let source_log = serial_log(&source_serial);
+    let last_on_source = gens(&source_log).last().copied().expect("a generation");
+    let target_log = wait_for_gen(&target_serial, last_on_source + 2);
+    let combined = format!("{source_log}{target_log}");
+    assert_eq!(
+        combined.matches("TEST memtest start").count(),
+        1,
+        "{combined}"
+    );
+    assert_consecutive(&gens(&combined), "generation", &combined);
+
+    // The target process runs the VM on: SIGTERM shuts its guest down gracefully.
+    target.signal(libc::SIGTERM);
+    let status = target.wait("the target vmm");
+    let target_err = std::fs::read_to_string(scratch.path("target.err")).unwrap_or_default();
+    assert!(
+        status.success(),
+        "target exit {status}; stderr:\n{target_err}"
+    );
+    assert!(target_err.contains("vmm: VM received from"), "{target_err}");
+    assert_lines(
+        &serial_log(&target_serial),
+        &["TEST memtest shutdown requested"],
+    );
+}
