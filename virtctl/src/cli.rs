@@ -119,8 +119,9 @@ pub struct ApiCall {
 pub enum UsageError {
     #[error("Can not set gracePeriod without --force=true")]
     GracePeriodWithoutForce,
-    #[error("--force requires --grace-period")]
-    ForceWithoutGracePeriod,
+    /// KubeVirt's words: `Can not force stop without gracePeriod` (or `restart`).
+    #[error("Can not force {0} without gracePeriod")]
+    ForceWithoutGracePeriod(&'static str),
 }
 
 fn dry_run(flag: bool) -> Vec<String> {
@@ -135,10 +136,14 @@ fn json<T: serde::Serialize>(value: &T) -> Vec<u8> {
     serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec())
 }
 
-fn grace(grace_period: Option<i64>, force: bool) -> Result<Option<i64>, UsageError> {
+fn grace(
+    grace_period: Option<i64>,
+    force: bool,
+    verb: &'static str,
+) -> Result<Option<i64>, UsageError> {
     match (grace_period, force) {
         (Some(_), false) => Err(UsageError::GracePeriodWithoutForce),
-        (None, true) => Err(UsageError::ForceWithoutGracePeriod),
+        (None, true) => Err(UsageError::ForceWithoutGracePeriod(verb)),
         (g, _) => Ok(g),
     }
 }
@@ -186,12 +191,16 @@ pub fn plan(command: &Command, namespace: &str) -> Result<Option<ApiCall>, Usage
             Subresource::Stop,
             name,
             json(&StopOptions {
-                grace_period: grace(*grace_period, *force)?,
+                grace_period: grace(*grace_period, *force, "stop")?,
                 dry_run: dry_run(*dry),
                 ..Default::default()
             }),
             format!("VM {name} was scheduled to stop{}", kind_word(*dry)),
-            "Error stopping VirtualMachine".into(),
+            if *force {
+                "Error force stopping VirtualMachine,".into()
+            } else {
+                "Error stopping VirtualMachine".into()
+            },
         ),
         Command::Restart {
             name,
@@ -202,12 +211,16 @@ pub fn plan(command: &Command, namespace: &str) -> Result<Option<ApiCall>, Usage
             Subresource::Restart,
             name,
             json(&RestartOptions {
-                grace_period_seconds: grace(*grace_period, *force)?,
+                grace_period_seconds: grace(*grace_period, *force, "restart")?,
                 dry_run: dry_run(*dry),
                 ..Default::default()
             }),
             format!("VM {name} was scheduled to restart{}", kind_word(*dry)),
-            "Error restarting VirtualMachine".into(),
+            if *force {
+                "Error restarting VirtualMachine,".into()
+            } else {
+                "Error restarting VirtualMachine".into()
+            },
         ),
         Command::Pause {
             target,

@@ -37,16 +37,23 @@ fn start_with_namespace_flag_anywhere() {
 fn stop_force_grace_period() {
     let c = call(&["stop", "testvm", "--force", "--grace-period", "0"]);
     assert_eq!(body(&c), serde_json::json!({"gracePeriod": 0}));
+    assert_eq!(c.failure, "Error force stopping VirtualMachine,");
     let cli = parse(&["stop", "testvm", "--grace-period", "5"]);
+    let error = plan(&cli.command, "default").expect_err("grace period without force");
+    assert_eq!(error, UsageError::GracePeriodWithoutForce);
     assert_eq!(
-        plan(&cli.command, "default"),
-        Err(UsageError::GracePeriodWithoutForce)
+        error.to_string(),
+        "Can not set gracePeriod without --force=true"
     );
     let cli = parse(&["stop", "testvm", "--force"]);
-    assert_eq!(
-        plan(&cli.command, "default"),
-        Err(UsageError::ForceWithoutGracePeriod)
-    );
+    let error = plan(&cli.command, "default").expect_err("force without grace period");
+    assert_eq!(error.to_string(), "Can not force stop without gracePeriod");
+    let cli = parse(&["restart", "testvm", "--force"]);
+    let error = plan(&cli.command, "default").expect_err("force without grace period");
+    assert_eq!(error.to_string(), "Can not force restart without gracePeriod");
+    let c = call(&["stop", "testvm"]);
+    assert_eq!(c.failure, "Error stopping VirtualMachine");
+    assert_eq!(body(&c), serde_json::json!({}));
     let c = call(&["stop", "testvm", "--dry-run"]);
     assert_eq!(body(&c), serde_json::json!({"dryRun": ["All"]}));
 }
