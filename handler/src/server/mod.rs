@@ -1,10 +1,13 @@
 //! virt-handler's subresource server: what virt-api calls for a VMI on this node.
 //!
-//! Transport: plain HTTP/1.1 on the pod network, port 8186, every request carrying
-//! `Authorization: Bearer <token>` where the token is the one both virt-api and virt-handler
-//! read from the same Secret (mounted at `$VIRT_HANDLER_TOKEN_FILE`). TLS between the two is
-//! not done yet; the token keeps other pods from driving VMs, but the pod network sees the
-//! console bytes.
+//! Transport: HTTP/1.1 over mutual TLS on the pod network, port 8186. The server presents the
+//! certificate of the `kubevirt-virt-handler-server-certs` Secret (SAN
+//! `virt-handler.kubevirt.svc`, which virt-api checks since it dials Pod IPs) and requires a
+//! client certificate that chains to the same Secret's `ca.crt` with EKU clientAuth: virt-api
+//! presents `kubevirt-virt-handler-certs`. A client without one, or with one from another CA,
+//! fails the handshake and never reaches a route. The Secret is the one the migration stream
+//! uses, mounted at [`crate::migration::tls::DEFAULT_CERT_DIR`]; the operator rolls
+//! virt-handler when it rotates the certificates.
 //!
 //! A VMI is named by its UID, which is also the name of its socket directory
 //! (`<socket root>/<uid>/`, holding `launcher-sock` and `console-sock`):
@@ -25,7 +28,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{header, Request, Response, StatusCode};
+use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
@@ -36,49 +39,43 @@ pub use routes::{route, HandlerRoute, VmiAction};
 pub const PORT: u16 = 8186;
 /// The `Upgrade` protocol of the console relay.
 pub const CONSOLE_UPGRADE: &str = "ferrovirt-console";
-/// Default path of the shared token (a Secret volume).
-pub const DEFAULT_TOKEN_FILE: &str = "/etc/virt-handler/handler-token/token";
-
 /// Settings of the server.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
     pub listen: SocketAddr,
     pub socket_root: PathBuf,
-    pub token: String,
+    /// Serving certificate and the CA client certificates must chain to.
+    pub tls: Arc<rustls::ServerConfig>,
 }
 
 /// Why the server did not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    #[error("reading the token {0}")]
-    Token(PathBuf, #[source] std::io::Error),
-    #[error("the token file {0} is empty")]
-    EmptyToken(PathBuf),
+    #[error("loading the TLS certificates")]
+    Tls(#[source] crate::migration::tls::TlsError),
     #[error("binding {0}")]
     Bind(SocketAddr, #[source] std::io::Error),
 }
 
-/// Reads the settings from the environment (`VIRT_HANDLER_SERVER_ADDRESS`,
-/// `VIRT_HANDLER_TOKEN_FILE`) and serves; logs and returns if it cannot (the rest of
-/// virt-handler keeps running without consoles and pause).
+/// Reads the settings from the environment (`VIRT_HANDLER_SERVER_ADDRESS`, and
+/// `VIRT_HANDLER_SERVER_CERT_DIR` for the certificates) and serves; logs and returns if it
+/// cannot (the rest of virt-handler keeps running without consoles and pause).
 pub async fn run_from_env(socket_root: PathBuf) {
     let listen = std::env::var("VIRT_HANDLER_SERVER_ADDRESS")
         .ok()
         .and_then(|a| a.parse().ok())
         .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], PORT)));
-    let token_file = std::env::var_os("VIRT_HANDLER_TOKEN_FILE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_TOKEN_FILE));
-    let result = match read_token(&token_file) {
-        Ok(token) => {
+    let cert_dir = crate::migration::tls::cert_dir();
+    let result = match crate::migration::tls::MigrationTls::load(&cert_dir) {
+        Ok(tls) => {
             serve(ServerConfig {
                 listen,
                 socket_root,
-                token,
+                tls: tls.server,
             })
             .await
         }
-        Err(e) => Err(e),
+        Err(e) => Err(ServerError::Tls(e)),
     };
     if let Err(e) = result {
         let source = std::error::Error::source(&e)
@@ -88,23 +85,12 @@ pub async fn run_from_env(socket_root: PathBuf) {
     }
 }
 
-fn read_token(path: &std::path::Path) -> Result<String, ServerError> {
-    let token = std::fs::read_to_string(path)
-        .map_err(|e| ServerError::Token(path.to_path_buf(), e))?
-        .trim()
-        .to_string();
-    if token.is_empty() {
-        return Err(ServerError::EmptyToken(path.to_path_buf()));
-    }
-    Ok(token)
-}
-
 /// Serves until the process ends.
 pub async fn serve(config: ServerConfig) -> Result<(), ServerError> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| ServerError::Bind(config.listen, e))?;
-    log::info!("subresource server listening on http://{}", config.listen);
+    log::info!("subresource server listening on https://{}", config.listen);
     serve_listener(listener, Arc::new(config)).await;
     Ok(())
 }
@@ -121,6 +107,14 @@ pub async fn serve_listener(listener: tokio::net::TcpListener, config: Arc<Serve
         };
         let config = config.clone();
         tokio::spawn(async move {
+            let acceptor = tokio_rustls::TlsAcceptor::from(config.tls.clone());
+            let stream = match acceptor.accept(stream).await {
+                Ok(stream) => stream,
+                Err(e) => {
+                    log::warn!("subresource server: TLS handshake with {remote} refused: {e}");
+                    return;
+                }
+            };
             let service = hyper::service::service_fn(move |request| {
                 let config = config.clone();
                 async move { Ok::<_, std::convert::Infallible>(handle(&config, request).await) }
@@ -142,24 +136,7 @@ fn text(code: StatusCode, message: impl Into<String>) -> Response<Full<Bytes>> {
     response
 }
 
-/// Compares the bearer token without stopping at the first difference.
-fn authorized(config: &ServerConfig, request: &Request<Incoming>) -> bool {
-    let Some(presented) = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-    else {
-        return false;
-    };
-    let (a, b) = (presented.as_bytes(), config.token.as_bytes());
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 async fn handle(config: &ServerConfig, request: Request<Incoming>) -> Response<Full<Bytes>> {
-    if !authorized(config, &request) {
-        return text(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
-    }
     match route(request.method(), request.uri().path()) {
         HandlerRoute::Action(uid, action) => {
             let socket = config

@@ -1,43 +1,218 @@
-//! The server on a loopback port with a fake console socket.
+//! The server on a loopback port with a fake console socket, over mutual TLS with
+//! certificates made by openssl as the certificate contract describes them.
 
+use std::path::Path;
+use std::process::Command;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{header, Request, StatusCode};
 use http_body_util::Empty;
 use hyper_util::rt::TokioIo;
+use rustls::pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::*;
+use crate::migration::tls::MigrationTls;
 
-async fn start(root: &std::path::Path) -> SocketAddr {
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("the openssl command (Debian package openssl) makes the test certificates");
+    assert!(out.status.success(), "openssl {args:?}: {out:?}");
+}
+
+/// Signs a certificate for `subject` with the CA in `dir` (`ca.crt`, `ca.key`) into
+/// `dir/<name>/` as a Secret holds it (`tls.crt`, `tls.key`, `ca.crt`).
+fn leaf(dir: &Path, name: &str, subject: &str, extensions: &str) {
+    std::fs::create_dir_all(dir.join(name)).unwrap();
+    let key = format!("{name}/tls.key");
+    let csr = format!("{name}/tls.csr");
+    let crt = format!("{name}/tls.crt");
+    let ext = format!("{name}/ext");
+    openssl(
+        dir,
+        &[
+            "req",
+            "-new",
+            "-nodes",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-keyout",
+            &key,
+            "-out",
+            &csr,
+            "-subj",
+            subject,
+        ],
+    );
+    std::fs::write(dir.join(&ext), extensions).unwrap();
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            &crt,
+            "-days",
+            "2",
+            "-extfile",
+            &ext,
+        ],
+    );
+    std::fs::copy(dir.join("ca.crt"), dir.join(name).join("ca.crt")).unwrap();
+}
+
+/// A CA in `dir` with virt-handler's serving certificate (`server/`) and virt-api's client
+/// certificate (`client/`).
+fn certificates(dir: &Path, ca_name: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-new",
+            "-nodes",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "2",
+            "-subj",
+            &format!("/CN={ca_name}"),
+        ],
+    );
+    leaf(
+        dir,
+        "server",
+        "/CN=kubevirt.io:system:node:virt-handler",
+        "subjectAltName=DNS:virt-handler.kubevirt.svc\nextendedKeyUsage=serverAuth,clientAuth\n",
+    );
+    leaf(
+        dir,
+        "client",
+        "/CN=kubevirt.io:system:client:virt-handler",
+        "extendedKeyUsage=clientAuth\n",
+    );
+}
+
+/// The certificates of one test: `good` (the cluster's CA) and `stranger` (a client
+/// certificate of another CA, with the cluster's CA as the roots it trusts).
+struct Pki {
+    _dir: tempfile::TempDir,
+    good: std::path::PathBuf,
+    stranger: std::path::PathBuf,
+}
+
+fn pki() -> Pki {
+    let dir = tempfile::tempdir().unwrap();
+    let (good, other) = (dir.path().join("good"), dir.path().join("other"));
+    certificates(&good, "kubevirt-ca-test");
+    certificates(&other, "someone-else-ca");
+    let stranger = dir.path().join("stranger");
+    std::fs::create_dir_all(&stranger).unwrap();
+    for file in ["tls.crt", "tls.key"] {
+        std::fs::copy(other.join("client").join(file), stranger.join(file)).unwrap();
+    }
+    std::fs::copy(good.join("ca.crt"), stranger.join("ca.crt")).unwrap();
+    Pki {
+        _dir: dir,
+        good,
+        stranger,
+    }
+}
+
+async fn start(root: &Path, pki: &Pki) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let config = Arc::new(ServerConfig {
         listen: address,
         socket_root: root.to_path_buf(),
-        token: "s3cret".into(),
+        tls: MigrationTls::load(&pki.good.join("server")).unwrap().server,
     });
     tokio::spawn(serve_listener(listener, config));
     address
 }
 
-async fn send(
-    address: SocketAddr,
-    request: Request<Empty<Bytes>>,
-) -> http::Response<hyper::body::Incoming> {
-    let stream = tokio::net::TcpStream::connect(address).await.unwrap();
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .unwrap();
-    tokio::spawn(connection.with_upgrades());
-    sender.send_request(request).await.unwrap()
+/// virt-api's side: trusts the cluster's CA and presents the certificate in `cert_dir`
+/// (`tls.crt`, `tls.key`), or none.
+fn client_tls(pki: &Pki, cert_dir: Option<&Path>) -> Arc<rustls::ClientConfig> {
+    match cert_dir {
+        Some(dir) => MigrationTls::load(dir).unwrap().client,
+        None => {
+            let mut roots = rustls::RootCertStore::empty();
+            let pem = std::fs::read(pki.good.join("ca.crt")).unwrap();
+            use rustls_pki_types::pem::PemObject;
+            for cert in rustls_pki_types::CertificateDer::pem_slice_iter(&pem) {
+                roots.add(cert.unwrap()).unwrap();
+            }
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            Arc::new(
+                rustls::ClientConfig::builder_with_provider(provider)
+                    .with_safe_default_protocol_versions()
+                    .unwrap()
+                    .with_root_certificates(roots)
+                    .with_no_client_auth(),
+            )
+        }
+    }
 }
 
-fn console_request(uid: &str, token: &str) -> Request<Empty<Bytes>> {
+async fn try_send(
+    address: SocketAddr,
+    tls: Arc<rustls::ClientConfig>,
+    request: Request<Empty<Bytes>>,
+) -> Result<http::Response<hyper::body::Incoming>, String> {
+    let tcp = tokio::net::TcpStream::connect(address).await.unwrap();
+    let name = ServerName::try_from("virt-handler.kubevirt.svc").unwrap();
+    let stream = tokio_rustls::TlsConnector::from(tls)
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("http: {e}"))?;
+    tokio::spawn(connection.with_upgrades());
+    sender
+        .send_request(request)
+        .await
+        .map_err(|e| format!("request: {e}"))
+}
+
+async fn send(
+    address: SocketAddr,
+    pki: &Pki,
+    request: Request<Empty<Bytes>>,
+) -> http::Response<hyper::body::Incoming> {
+    try_send(
+        address,
+        client_tls(pki, Some(&pki.good.join("client"))),
+        request,
+    )
+    .await
+    .unwrap()
+}
+
+fn console_request(uid: &str) -> Request<Empty<Bytes>> {
     Request::get(format!("/v1/vmis/{uid}/console"))
-        .header(header::HOST, "handler")
-        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .header(header::HOST, "virt-handler.kubevirt.svc")
         .header(header::CONNECTION, "Upgrade")
         .header(header::UPGRADE, CONSOLE_UPGRADE)
         .body(Empty::new())
@@ -52,9 +227,10 @@ async fn console_is_relayed_to_the_console_socket() {
     let listener =
         tokio::net::UnixListener::bind(root.path().join(uid).join(console::CONSOLE_SOCKET))
             .unwrap();
-    let address = start(root.path()).await;
+    let pki = pki();
+    let address = start(root.path(), &pki).await;
 
-    let response = send(address, console_request(uid, "s3cret")).await;
+    let response = send(address, &pki, console_request(uid)).await;
     assert_eq!(response.status(), StatusCode::SWITCHING_PROTOCOLS);
     let (mut guest, _) = listener.accept().await.unwrap();
     let mut stream = TokioIo::new(hyper::upgrade::on(response).await.unwrap());
@@ -71,19 +247,32 @@ async fn console_is_relayed_to_the_console_socket() {
 }
 
 #[tokio::test]
-async fn wrong_token_and_missing_vmi_are_refused() {
+async fn clients_without_the_cas_certificate_are_refused() {
     let root = tempfile::tempdir().unwrap();
-    let address = start(root.path()).await;
+    let pki = pki();
+    let address = start(root.path(), &pki).await;
     let uid = "0b7e2d2c-1111-4000-8000-000000000002";
-    let response = send(address, console_request(uid, "wrong")).await;
-    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
-    let response = send(address, console_request(uid, "s3cret")).await;
+    // A VMI without a launcher here: a client that gets through is answered 404.
+    for (who, tls) in [
+        ("no client certificate", client_tls(&pki, None)),
+        (
+            "a certificate of another CA",
+            client_tls(&pki, Some(&pki.stranger)),
+        ),
+    ] {
+        let answer = try_send(address, tls, console_request(uid)).await;
+        assert!(
+            answer.is_err(),
+            "{who}: expected the TLS handshake to be refused, got {:?}",
+            answer.map(|r| r.status())
+        );
+    }
+    let response = send(address, &pki, console_request(uid)).await;
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
     let pause = Request::put(format!("/v1/vmis/{uid}/pause"))
-        .header(header::HOST, "handler")
-        .header(header::AUTHORIZATION, "Bearer s3cret")
+        .header(header::HOST, "virt-handler.kubevirt.svc")
         .body(Empty::new())
         .unwrap();
-    let response = send(address, pause).await;
+    let response = send(address, &pki, pause).await;
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
 }
