@@ -3,8 +3,10 @@
 //!
 //! The handler of a VMI is the Pod labelled `kubevirt.io=virt-handler` in virt-handler's
 //! namespace whose `spec.nodeName` is the VMI's `status.nodeName`; virt-api connects to its Pod
-//! IP on port 8186. The transport is plain HTTP/1.1 on the pod network, authenticated by a
-//! bearer token both sides read from the same Secret:
+//! IP on port 8186. The transport is HTTP/1.1 over mutual TLS: virt-api presents the client
+//! certificate of the `kubevirt-virt-handler-certs` Secret, and accepts the handler only when
+//! its certificate chains to that Secret's CA and names `virt-handler.kubevirt.svc` (see
+//! [`crate::tls::handler_client_config`]):
 //!
 //! - `PUT /v1/vmis/{uid}/{pause|unpause|reset}` -> `200`, or an error status with the reason
 //!   as text;
@@ -12,6 +14,7 @@
 //!   -> `101`, after which the connection is the raw byte stream of the guest's serial console.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use api::VirtualMachineInstance;
 use bytes::Bytes;
@@ -22,8 +25,11 @@ use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::{Api, Client};
+use rustls::pki_types::ServerName;
+use tokio_rustls::TlsConnector;
 
 use crate::status::ApiError;
+use crate::tls::HANDLER_SERVER_NAME;
 
 /// Port of virt-handler's subresource server.
 pub const HANDLER_PORT: u16 = 8186;
@@ -39,7 +45,8 @@ pub struct HandlerClient {
     /// virt-handler's namespace.
     pub namespace: String,
     pub port: u16,
-    pub token: String,
+    /// Client certificate and the CA handlers are checked against.
+    pub tls: Arc<rustls::ClientConfig>,
 }
 
 /// A VMI action the handler performs through the launcher.
@@ -103,15 +110,56 @@ impl HandlerClient {
         Ok(SocketAddr::new(ip, self.port))
     }
 
+    /// Asks the VMI's handler to pause, unpause or reset it.
+    pub async fn act(
+        &self,
+        vmi: &VirtualMachineInstance,
+        action: HandlerAction,
+    ) -> Result<(), ApiError> {
+        let address = self.address(vmi).await?;
+        HandlerConnection::new(&self.tls, address)
+            .act(uid_of(vmi)?, action)
+            .await
+    }
+
+    /// Opens the VMI's serial console through its handler.
+    pub async fn console(&self, vmi: &VirtualMachineInstance) -> Result<Upgraded, ApiError> {
+        let address = self.address(vmi).await?;
+        HandlerConnection::new(&self.tls, address)
+            .console(uid_of(vmi)?)
+            .await
+    }
+}
+
+/// The calls to one handler at a known address.
+pub struct HandlerConnection {
+    tls: Arc<rustls::ClientConfig>,
+    address: SocketAddr,
+}
+
+impl HandlerConnection {
+    pub fn new(tls: &Arc<rustls::ClientConfig>, address: SocketAddr) -> HandlerConnection {
+        HandlerConnection {
+            tls: tls.clone(),
+            address,
+        }
+    }
+
     async fn send(
         &self,
-        address: SocketAddr,
         request: Request<Empty<Bytes>>,
     ) -> Result<http::Response<hyper::body::Incoming>, ApiError> {
+        let address = self.address;
         let unreachable = |e: &dyn std::fmt::Display| {
             ApiError::internal(format!("virt-handler at {address}: {e}"))
         };
-        let stream = tokio::net::TcpStream::connect(address)
+        let tcp = tokio::net::TcpStream::connect(address)
+            .await
+            .map_err(|e| unreachable(&e))?;
+        let name = ServerName::try_from(HANDLER_SERVER_NAME)
+            .expect("HANDLER_SERVER_NAME is a valid DNS name");
+        let stream = TlsConnector::from(self.tls.clone())
+            .connect(name, tcp)
             .await
             .map_err(|e| unreachable(&e))?;
         let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
@@ -128,36 +176,19 @@ impl HandlerClient {
             .map_err(|e| unreachable(&e))
     }
 
-    fn request(
-        &self,
-        method: http::Method,
-        path: &str,
-    ) -> Result<http::request::Builder, ApiError> {
-        Ok(Request::builder()
+    fn request(method: http::Method, path: &str) -> http::request::Builder {
+        Request::builder()
             .method(method)
             .uri(path)
-            .header(http::header::HOST, "virt-handler")
-            .header(
-                http::header::AUTHORIZATION,
-                format!("Bearer {}", self.token),
-            ))
+            .header(http::header::HOST, HANDLER_SERVER_NAME)
     }
 
-    /// Asks the VMI's handler to pause, unpause or reset it.
-    pub async fn act(
-        &self,
-        vmi: &VirtualMachineInstance,
-        action: HandlerAction,
-    ) -> Result<(), ApiError> {
-        let address = self.address(vmi).await?;
-        let request = self
-            .request(
-                http::Method::PUT,
-                &handler_path(uid_of(vmi)?, action.name()),
-            )?
+    /// Asks the handler to pause, unpause or reset the VMI `uid`.
+    pub async fn act(&self, uid: &str, action: HandlerAction) -> Result<(), ApiError> {
+        let request = Self::request(http::Method::PUT, &handler_path(uid, action.name()))
             .body(Empty::new())
             .map_err(|e| ApiError::internal(e.to_string()))?;
-        let response = self.send(address, request).await?;
+        let response = self.send(request).await?;
         let status = response.status();
         if status.is_success() {
             return Ok(());
@@ -169,25 +200,19 @@ impl HandlerClient {
             .map(|b| String::from_utf8_lossy(&b.to_bytes()).into_owned())
             .unwrap_or_default();
         Err(ApiError::new(
-            if status == StatusCode::UNAUTHORIZED {
-                StatusCode::INTERNAL_SERVER_ERROR
-            } else {
-                status
-            },
+            status,
             format!("{} failed: {}", action.name(), body.trim()),
         ))
     }
 
-    /// Opens the VMI's serial console through its handler.
-    pub async fn console(&self, vmi: &VirtualMachineInstance) -> Result<Upgraded, ApiError> {
-        let address = self.address(vmi).await?;
-        let request = self
-            .request(http::Method::GET, &handler_path(uid_of(vmi)?, "console"))?
+    /// Opens the serial console of the VMI `uid`.
+    pub async fn console(&self, uid: &str) -> Result<Upgraded, ApiError> {
+        let request = Self::request(http::Method::GET, &handler_path(uid, "console"))
             .header(http::header::CONNECTION, "Upgrade")
             .header(http::header::UPGRADE, CONSOLE_UPGRADE)
             .body(Empty::new())
             .map_err(|e| ApiError::internal(e.to_string()))?;
-        let response = self.send(address, request).await?;
+        let response = self.send(request).await?;
         if response.status() != StatusCode::SWITCHING_PROTOCOLS {
             let status = response.status();
             let body = response
@@ -206,3 +231,7 @@ impl HandlerClient {
             .map_err(|e| ApiError::internal(format!("console upgrade: {e}")))
     }
 }
+
+#[cfg(test)]
+#[path = "handler_client_tests.rs"]
+mod tests;

@@ -9,7 +9,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use serde_json::{json, Value};
@@ -21,8 +21,9 @@ use crate::routes::{GROUP, VERSION};
 pub const NAME: &str = "virt-api";
 /// Secret with the serving certificate (`tls.crt`, `tls.key`).
 pub const CERT_SECRET: &str = "kubevirt-virt-api-certs";
-/// Secret with the token virt-api presents to virt-handler (`token`).
-pub const HANDLER_TOKEN_SECRET: &str = "kubevirt-virt-handler-token";
+/// Secret with the client certificate virt-api presents to virt-handler (`tls.crt`, `tls.key`)
+/// and the CA virt-handler's certificate must chain to (`ca.crt`).
+pub const HANDLER_CLIENT_CERT_SECRET: &str = "kubevirt-virt-handler-certs";
 /// Port virt-api listens on in its Pod.
 pub const PORT: i32 = 8443;
 
@@ -118,17 +119,6 @@ pub fn auth_reader_binding(c: &InstallConfig) -> RoleBinding {
     }))
 }
 
-/// The token virt-api presents to virt-handler's subresource server; virt-handler mounts the
-/// same Secret (its `token` key) at `/etc/virt-handler/handler-token/`. The operator makes the
-/// token (random, at install time).
-pub fn handler_token_secret(c: &InstallConfig, token: &str) -> Secret {
-    typed(json!({
-        "metadata": {"name": HANDLER_TOKEN_SECRET, "namespace": c.namespace, "labels": labels()},
-        "type": "Opaque",
-        "stringData": {"token": token},
-    }))
-}
-
 pub fn service(c: &InstallConfig) -> Service {
     typed(json!({
         "metadata": {"name": NAME, "namespace": c.namespace, "labels": labels()},
@@ -155,7 +145,7 @@ pub fn deployment(c: &InstallConfig) -> Deployment {
                             "--listen", format!("0.0.0.0:{PORT}"),
                             "--tls-cert-file", "/etc/virt-api/certs/tls.crt",
                             "--tls-key-file", "/etc/virt-api/certs/tls.key",
-                            "--handler-token-file", "/etc/virt-api/handler/token",
+                            "--handler-cert-dir", crate::tls::DEFAULT_HANDLER_CERT_DIR,
                             "--handler-namespace", c.namespace,
                         ],
                         "ports": [{"name": "https", "containerPort": PORT}],
@@ -163,13 +153,15 @@ pub fn deployment(c: &InstallConfig) -> Deployment {
                                                        "scheme": "HTTPS"}},
                         "volumeMounts": [
                             {"name": "certs", "mountPath": "/etc/virt-api/certs", "readOnly": true},
-                            {"name": "handler-token", "mountPath": "/etc/virt-api/handler",
-                             "readOnly": true},
+                            // mutual TLS to virt-handler's console and action server.
+                            {"name": "handler-certs",
+                             "mountPath": crate::tls::DEFAULT_HANDLER_CERT_DIR, "readOnly": true},
                         ],
                     }],
                     "volumes": [
                         {"name": "certs", "secret": {"secretName": CERT_SECRET}},
-                        {"name": "handler-token", "secret": {"secretName": HANDLER_TOKEN_SECRET}},
+                        {"name": "handler-certs",
+                         "secret": {"secretName": HANDLER_CLIENT_CERT_SECRET}},
                     ],
                 }
             }

@@ -2,12 +2,16 @@
 //! from a Secret); client certificates are optional and, when presented, must chain to the
 //! requestheader CA (kube-apiserver's front-proxy CA). Whether a connection presented a
 //! verified certificate decides whether its `X-Remote-*` headers are believed.
+//!
+//! And TLS for virt-api as virt-handler's client ([`handler_client_config`]): it presents the
+//! client certificate of the `kubevirt-virt-handler-certs` Secret and accepts only a handler
+//! whose certificate chains to that Secret's `ca.crt` and names [`HANDLER_SERVER_NAME`].
 
 use std::path::Path;
 use std::sync::Arc;
 
 use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig};
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
@@ -32,7 +36,21 @@ pub enum TlsConfigError {
     Verifier(#[source] rustls::server::VerifierBuilderError),
     #[error("the serving certificate and key do not fit")]
     ServerCert(#[source] rustls::Error),
+    #[error("the CA {path} has no usable certificate")]
+    HandlerCa {
+        path: String,
+        #[source]
+        source: rustls::Error,
+    },
+    #[error("the client certificate and key for virt-handler do not fit")]
+    ClientCert(#[source] rustls::Error),
 }
+
+/// The name every virt-handler's serving certificate carries; virt-api dials handlers by Pod
+/// IP and checks this name instead.
+pub const HANDLER_SERVER_NAME: &str = "virt-handler.kubevirt.svc";
+/// Where the `kubevirt-virt-handler-certs` Secret is mounted in virt-api's Pod.
+pub const DEFAULT_HANDLER_CERT_DIR: &str = "/etc/virt-api/handler-certs";
 
 /// Reads every certificate of a PEM file.
 pub fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsConfigError> {
@@ -78,5 +96,35 @@ pub fn server_config(
         .with_single_cert(chain, key)
         .map_err(TlsConfigError::ServerCert)?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// virt-api's TLS client configuration for virt-handler, from `dir` (`tls.crt`, `tls.key`:
+/// the client certificate to present; `ca.crt`: the CA the handler's certificate must chain
+/// to).
+pub fn handler_client_config(dir: &Path) -> Result<Arc<ClientConfig>, TlsConfigError> {
+    let chain = read_certificates(&dir.join("tls.crt"))?;
+    let key_path = dir.join("tls.key");
+    let key = PrivateKeyDer::from_pem_file(&key_path).map_err(|source| TlsConfigError::Key {
+        path: key_path.display().to_string(),
+        source,
+    })?;
+    let ca_path = dir.join("ca.crt");
+    let mut roots = RootCertStore::empty();
+    for cert in read_certificates(&ca_path)? {
+        roots
+            .add(cert)
+            .map_err(|source| TlsConfigError::HandlerCa {
+                path: ca_path.display().to_string(),
+                source,
+            })?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(TlsConfigError::ClientCert)?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .map_err(TlsConfigError::ClientCert)?;
     Ok(Arc::new(config))
 }

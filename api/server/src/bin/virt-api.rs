@@ -35,9 +35,11 @@ struct Args {
     /// Port of virt-handler's subresource server.
     #[arg(long, default_value_t = HANDLER_PORT)]
     handler_port: u16,
-    /// File holding the token virt-handler expects.
-    #[arg(long)]
-    handler_token_file: Option<PathBuf>,
+    /// Directory of the client certificate presented to virt-handler and the CA virt-handler's
+    /// certificate must chain to (`tls.crt`, `tls.key`, `ca.crt`: the
+    /// `kubevirt-virt-handler-certs` Secret).
+    #[arg(long, default_value = virt_api::tls::DEFAULT_HANDLER_CERT_DIR)]
+    handler_cert_dir: PathBuf,
     /// Users allowed to change a VMI's terminationGracePeriodSeconds (virt-api's own account;
     /// default: system:serviceaccount:<handler-namespace>:virt-api).
     #[arg(long = "privileged-user")]
@@ -54,8 +56,8 @@ enum StartError {
     RequestHeader(#[from] virt_api::auth::RequestHeaderConfigError),
     #[error("TLS")]
     Tls(#[from] virt_api::tls::TlsConfigError),
-    #[error("reading the handler token {0}")]
-    Token(PathBuf, #[source] std::io::Error),
+    #[error("TLS to virt-handler")]
+    HandlerTls(#[source] virt_api::tls::TlsConfigError),
     #[error("serving")]
     Serve(#[from] virt_api::server::ServeError),
 }
@@ -84,13 +86,8 @@ async fn run(args: Args) -> Result<(), StartError> {
         &args.tls_key_file,
         Some(&request_header.client_ca_pem),
     )?;
-    let token = match &args.handler_token_file {
-        Some(path) => std::fs::read_to_string(path)
-            .map_err(|e| StartError::Token(path.clone(), e))?
-            .trim()
-            .to_string(),
-        None => String::new(),
-    };
+    let handler_tls = virt_api::tls::handler_client_config(&args.handler_cert_dir)
+        .map_err(StartError::HandlerTls)?;
     let privileged_users = if args.privileged_users.is_empty() {
         vec![format!(
             "system:serviceaccount:{}:{}",
@@ -105,7 +102,7 @@ async fn run(args: Args) -> Result<(), StartError> {
             client: client.clone(),
             namespace: args.handler_namespace,
             port: args.handler_port,
-            token,
+            tls: handler_tls,
         },
         client,
         request_header,

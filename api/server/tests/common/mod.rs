@@ -132,9 +132,11 @@ pub struct Run {
     dir: tempfile::TempDir,
     virt_api: Child,
     webhook_names: (String, String),
-    /// Port and token of the fake virt-handler (see [`Run::fake_handler`]).
+    /// Port of the fake virt-handler (see [`Run::fake_handler`]).
     pub handler_port: u16,
-    pub handler_token: String,
+    /// The fake virt-handler's certificates (`tls.crt`, `tls.key`, `ca.crt`), made by the
+    /// same CA as the client certificate virt-api presents.
+    pub handler_cert_dir: PathBuf,
     /// The APIService of an installed virt-api, put back when the test ends.
     installed_api_service: Option<Value>,
     /// Replicas of an installed virt-controller, scaled to 0 while the test's stand-in VMIs
@@ -342,10 +344,58 @@ impl Run {
             "copy",
         ]);
 
+        // virt-handler's serving certificate and virt-api's client certificate for it.
+        for (name, subject, extensions) in [
+            (
+                "handler-server",
+                "/CN=kubevirt.io:system:node:virt-handler",
+                "subjectAltName=DNS:virt-handler.kubevirt.svc\nextendedKeyUsage=serverAuth,clientAuth\n",
+            ),
+            (
+                "handler-client",
+                "/CN=kubevirt.io:system:client:virt-handler",
+                "extendedKeyUsage=clientAuth\n",
+            ),
+        ] {
+            std::fs::create_dir_all(d(name)).expect("certificate directory");
+            std::fs::write(d(&format!("{name}/ext")), extensions).expect("extensions file");
+            openssl(&[
+                "req",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-keyout",
+                &d(&format!("{name}/tls.key")),
+                "-out",
+                &d(&format!("{name}/tls.csr")),
+                "-subj",
+                subject,
+            ]);
+            openssl(&[
+                "x509",
+                "-req",
+                "-in",
+                &d(&format!("{name}/tls.csr")),
+                "-CA",
+                &d("ca.crt"),
+                "-CAkey",
+                &d("ca.key"),
+                "-CAcreateserial",
+                "-days",
+                "1",
+                "-out",
+                &d(&format!("{name}/tls.crt")),
+                "-extfile",
+                &d(&format!("{name}/ext")),
+            ]);
+            std::fs::copy(d("ca.crt"), d(&format!("{name}/ca.crt"))).expect("CA copy");
+        }
+
+        let handler_cert_dir = PathBuf::from(d("handler-server"));
         let port = free_port();
         let handler_port = free_port();
-        let handler_token = format!("token-{id}");
-        std::fs::write(d("handler-token"), &handler_token).expect("token file");
         let log = std::fs::File::create(d("virt-api.log")).expect("log file");
         let virt_api = Command::new(env!("CARGO_BIN_EXE_virt-api"))
             .env("KUBECONFIG", &cluster.kubeconfig)
@@ -361,8 +411,8 @@ impl Run {
                 &namespace,
                 "--handler-port",
                 &handler_port.to_string(),
-                "--handler-token-file",
-                &d("handler-token"),
+                "--handler-cert-dir",
+                &d("handler-client"),
             ])
             .stdout(Stdio::null())
             .stderr(log)
@@ -379,7 +429,7 @@ impl Run {
                 format!("virt-api-test-{id}-validator"),
             ),
             handler_port,
-            handler_token,
+            handler_cert_dir,
             installed_api_service,
             installed_controller_replicas,
         };
