@@ -8,7 +8,9 @@
 
 use serde_json::{json, Value};
 
-/// The Secret with the token virt-api presents to virt-handler (`token`).
+/// The Secret with the token virt-api used to present to virt-handler (`token`). Neither
+/// mounts it any more (they use mutual TLS with the certificate Secrets); the name stays so
+/// that an install from before can be recognised.
 pub const HANDLER_TOKEN_SECRET: &str = "kubevirt-virt-handler-token";
 /// Port of virt-handler's console, pause and reset server.
 pub const HANDLER_PORT: i32 = 8186;
@@ -234,8 +236,8 @@ fn handler_daemonset(cfg: &InstallConfig) -> Value {
                             // Launcher Pod memory for kubevirt_vmi_launcher_memory_overhead_bytes.
                             {"name": "host-cgroup", "mountPath": "/host/sys/fs/cgroup", "readOnly": true},
                             {"name": "device-plugins", "mountPath": "/var/lib/kubelet/device-plugins"},
-                            {"name": "handler-token", "mountPath": "/etc/virt-handler/handler-token", "readOnly": true},
-                            // Mutual TLS of the migration stream between handlers.
+                            // Mutual TLS of the console/action server (virt-api is the client)
+                            // and of the migration stream between handlers.
                             {"name": "server-certificates", "mountPath": "/etc/virt-handler/servercertificates", "readOnly": true},
                         ],
                     }],
@@ -243,9 +245,8 @@ fn handler_daemonset(cfg: &InstallConfig) -> Value {
                         {"name": "kubevirt-run", "hostPath": {"path": "/var/run/kubevirt", "type": "DirectoryOrCreate"}},
                         {"name": "host-cgroup", "hostPath": {"path": "/sys/fs/cgroup", "type": "Directory"}},
                         {"name": "device-plugins", "hostPath": {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"}},
-                        // The token virt-api presents; the Secret is made at install time.
-                        {"name": "handler-token", "secret": {"secretName": HANDLER_TOKEN_SECRET}},
-                        // Optional: without it virt-handler runs, and migrations fail saying so.
+                        // Optional: without it virt-handler runs, and consoles and migrations fail
+                        // saying so.
                         {"name": "server-certificates", "secret": {"secretName": "kubevirt-virt-handler-server-certs", "optional": true}},
                     ],
                 },
