@@ -8,6 +8,7 @@
 //!   Both return the [`VmExit`]: the first reason recorded (guest power-off, reset, triple
 //!   fault, error, or [`VmExit::Stopped`] when the host stopped it).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -39,6 +40,8 @@ pub enum VmState {
 pub enum LifecycleError {
     #[error("the VM has stopped: {0}")]
     NotRunning(VmExit),
+    #[error("the VM is being migrated: pause and resume wait until the migration ends")]
+    Migrating,
 }
 
 /// The devices whose state a migration carries.
@@ -57,6 +60,8 @@ pub struct Vmm {
     // Dropped after the vCPU threads have been joined (see Drop).
     pub(crate) vm: Vm,
     mem: GuestMemoryMmap,
+    /// A migration is under way: it alone pauses and resumes the vCPUs.
+    pub(crate) migrating: AtomicBool,
 }
 
 impl Vmm {
@@ -75,6 +80,7 @@ impl Vmm {
             devices,
             vm,
             mem,
+            migrating: AtomicBool::new(false),
         }
     }
 
@@ -104,6 +110,14 @@ impl Vmm {
 
     /// Parks every vCPU; returns when all are parked.
     pub fn pause(&self) -> Result<(), LifecycleError> {
+        if self.migrating.load(Ordering::SeqCst) {
+            return Err(LifecycleError::Migrating);
+        }
+        self.pause_vcpus()
+    }
+
+    /// [`Vmm::pause`] without the migration check (for the migration itself).
+    pub(crate) fn pause_vcpus(&self) -> Result<(), LifecycleError> {
         let mut state = self.control.lock();
         if let Some(exit) = &state.exit {
             return Err(LifecycleError::NotRunning(exit.clone()));
@@ -126,6 +140,14 @@ impl Vmm {
 
     /// Lets paused vCPUs run again.
     pub fn resume(&self) -> Result<(), LifecycleError> {
+        if self.migrating.load(Ordering::SeqCst) {
+            return Err(LifecycleError::Migrating);
+        }
+        self.resume_vcpus()
+    }
+
+    /// [`Vmm::resume`] without the migration check (for the migration itself).
+    pub(crate) fn resume_vcpus(&self) -> Result<(), LifecycleError> {
         let mut state = self.control.lock();
         if let Some(exit) = &state.exit {
             return Err(LifecycleError::NotRunning(exit.clone()));

@@ -704,3 +704,49 @@ fn two_vmm_processes_migrate_over_a_unix_socket() {
         &["TEST memtest shutdown requested"],
     );
 }
+
+/// While a migration is under way, pause, resume and a second migration are refused; once it
+/// fails (here: the target hangs up without a word) the VM runs on and pause works again.
+#[test]
+fn lifecycle_requests_wait_for_a_migration_under_way() {
+    use vmm::vmm::LifecycleError;
+    let scratch = Scratch::new("migrate-busy");
+    let serial = scratch.path("serial.log");
+    let vm = vmm::builder::build_and_boot(&config("counter", &serial)).expect("boot");
+    wait_for_serial(&serial, "COUNT 00000001", |log| {
+        counts(log).last().is_some_and(|n| *n >= 1)
+    });
+    let (mut source_end, mut silent_target) = UnixStream::pair().expect("socketpair");
+    std::thread::scope(|scope| {
+        let migration =
+            scope.spawn(|| vm.send_migration(&mut source_end, &MigrationOptions::default()));
+        // The source has sent its HELLO and waits for the target's reply.
+        let mut preamble = [0u8; 12];
+        silent_target
+            .read_exact(&mut preamble)
+            .expect("the source's preamble");
+        assert_eq!(&preamble[..8], b"FVMIGRAT");
+        assert_eq!(vm.pause(), Err(LifecycleError::Migrating));
+        assert_eq!(vm.resume(), Err(LifecycleError::Migrating));
+        let (mut other, _peer) = UnixStream::pair().expect("socketpair");
+        assert!(matches!(
+            vm.send_migration(&mut other, &MigrationOptions::default()),
+            Err(SendError::AlreadyMigrating)
+        ));
+        silent_target
+            .shutdown(Shutdown::Write)
+            .expect("hang up towards the source");
+        let err = migration
+            .join()
+            .expect("migration thread")
+            .expect_err("the target hung up");
+        assert!(
+            error_chain(&err).contains("truncated stream"),
+            "{}",
+            error_chain(&err)
+        );
+    });
+    assert_eq!(vm.state(), VmState::Running);
+    vm.pause().expect("pause after the failed migration");
+    vm.resume().expect("resume");
+}

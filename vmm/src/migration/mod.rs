@@ -52,6 +52,7 @@ pub mod state;
 pub mod wire;
 
 use std::io::{Read, Write};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use log::warn;
@@ -129,6 +130,8 @@ impl MigrationStats {
 pub enum SendError {
     #[error("the VM is not running: {0}")]
     NotRunning(crate::lifecycle::VmExit),
+    #[error("a migration of this VM is already under way")]
+    AlreadyMigrating,
     #[error("migration stream")]
     Wire(#[from] WireError),
     #[error("the target refused the migration: {0}")]
@@ -553,8 +556,14 @@ impl Vmm {
         options: &MigrationOptions,
     ) -> Result<MigrationStats, SendError> {
         let started = Instant::now();
+        if self.migrating.swap(true, Ordering::SeqCst) {
+            return Err(SendError::AlreadyMigrating);
+        }
         let was_paused = match self.state() {
-            VmState::Stopped(exit) => return Err(SendError::NotRunning(exit)),
+            VmState::Stopped(exit) => {
+                self.migrating.store(false, Ordering::SeqCst);
+                return Err(SendError::NotRunning(exit));
+            }
             VmState::Paused => true,
             VmState::Running => false,
         };
@@ -566,6 +575,7 @@ impl Vmm {
             Ok(stats) => {
                 // The vCPU threads leave their parking at once; `stop`, `wait` or drop joins them.
                 self.control.request_exit(crate::lifecycle::VmExit::Stopped);
+                self.migrating.store(false, Ordering::SeqCst);
                 Ok(stats)
             }
             Err(e) => {
@@ -576,10 +586,11 @@ impl Vmm {
                         .resume_device();
                 }
                 if !was_paused && self.state() == VmState::Paused {
-                    if let Err(resume) = self.resume() {
+                    if let Err(resume) = self.resume_vcpus() {
                         warn!("migration failed and the VM cannot resume: {resume}");
                     }
                 }
+                self.migrating.store(false, Ordering::SeqCst);
                 Err(e)
             }
         }
@@ -688,8 +699,9 @@ impl Vmm {
         // Stop and copy.
         let paused_at = Instant::now();
         if !was_paused {
-            self.pause().map_err(|e| match e {
+            self.pause_vcpus().map_err(|e| match e {
                 crate::vmm::LifecycleError::NotRunning(exit) => SendError::NotRunning(exit),
+                crate::vmm::LifecycleError::Migrating => SendError::AlreadyMigrating,
             })?;
         }
         for transport in &self.devices.virtio {
