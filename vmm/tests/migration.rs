@@ -56,8 +56,9 @@ fn spawn_target(
 
 /// A relay between a source end and a target end that copies source-to-target bytes through
 /// `mangle` (which may change them, or return false to cut the stream there) and
-/// target-to-source bytes unchanged.
-fn relay<F>(mut mangle: F) -> (UnixStream, UnixStream)
+/// target-to-source bytes unchanged, up to `to_source_limit` bytes (then it hangs up on the
+/// source).
+fn relay<F>(mut mangle: F, to_source_limit: Option<usize>) -> (UnixStream, UnixStream)
 where
     F: FnMut(usize, &mut [u8]) -> bool + Send + 'static,
 {
@@ -84,10 +85,15 @@ where
     });
     std::thread::spawn(move || {
         let mut buf = vec![0u8; 4096];
+        let mut left = to_source_limit.unwrap_or(usize::MAX);
         loop {
             match from_target.read(&mut buf) {
                 Ok(0) | Err(_) => break,
+                // Past the limit, the next bytes from the target end the connection.
+                Ok(_) if left == 0 => break,
                 Ok(n) => {
+                    let n = n.min(left);
+                    left -= n;
                     if to_source.write_all(&buf[..n]).is_err() {
                         break;
                     }
@@ -298,7 +304,7 @@ fn failed_migration(
         progress(log).is_some_and(|n| n >= 1)
     });
 
-    let (mut source_end, target_end) = relay(mangle);
+    let (mut source_end, target_end) = relay(mangle, None);
     let mut target_config = config(guest, &target_serial);
     target_config.memory.size = target_memory;
     let target = spawn_target(target_config, target_end);
@@ -749,4 +755,44 @@ fn lifecycle_requests_wait_for_a_migration_under_way() {
     assert_eq!(vm.state(), VmState::Running);
     vm.pause().expect("pause after the failed migration");
     vm.resume().expect("resume");
+}
+
+/// The target restores and says it is ready, but that reply never reaches the source (the
+/// connection breaks first): the source, paused for the stop-and-copy, resumes and runs on.
+/// (The target ran too; telling which copy wins is the cluster's part: virt-handler and the
+/// migration controller stop the other one.)
+#[test]
+fn a_lost_ready_reply_resumes_the_source() {
+    let scratch = Scratch::new("migrate-lost-ready");
+    let source_serial = scratch.path("source.log");
+    let target_serial = scratch.path("target.log");
+    let source =
+        vmm::builder::build_and_boot(&config("counter", &source_serial)).expect("boot source");
+    wait_for_serial(&source_serial, "COUNT 00000001", |log| {
+        counts(log).last().is_some_and(|n| *n >= 1)
+    });
+    // Preamble (12 bytes) and the "accepted" REPLY (12-byte header, code, length-prefixed
+    // text) reach the source; nothing after.
+    let accepted = 12 + 12 + 1 + 4 + "accepted".len();
+    let (mut source_end, target_end) = relay(|_, _| true, Some(accepted));
+    let target = spawn_target(config("counter", &target_serial), target_end);
+    let err = source
+        .send_migration(&mut source_end, &MigrationOptions::default())
+        .map(|_| ())
+        .expect_err("the ready reply was lost");
+    let err = error_chain(&err);
+    println!("lost ready reply: source: {err}");
+    assert!(err.contains("truncated stream"), "{err}");
+    if let Ok(mut target) = target.join().expect("target thread") {
+        target.stop();
+    }
+    assert_eq!(source.state(), VmState::Running);
+    let before = counts(&serial_log(&source_serial))
+        .last()
+        .copied()
+        .expect("a count");
+    let log = wait_for_serial(&source_serial, "counting on the source", |log| {
+        counts(log).last().is_some_and(|n| *n >= before + 2)
+    });
+    assert_consecutive(&counts(&log), "counter", &log);
 }
