@@ -39,7 +39,8 @@
 //!    [`state`]), COM1, the i8042 and each virtio-mmio transport; then `END`.
 //! 5. target -> source `REPLY` ready: the target has restored everything; it then runs (unless
 //!    the source was paused) and the source stops. Any other reply, or none, and the source
-//!    resumes.
+//!    resumes. A ready reply lost on the way leaves both running: which one goes on is the
+//!    cluster's decision (virt-handler and the migration controller stop the other).
 //!
 //! The downtime is from the source's pause to the target's ready reply. A stream that ends
 //! early is reported as truncated, with the part that was incomplete.
