@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds Ferrovirt's component images and pushes them to the local cluster's registry as
 # registry:5000/ferrovirt/<component>:<tag>:
-#   virt-controller, virt-handler, virt-api   the release binary and the shared libraries it uses
+#   virt-operator, virt-controller,           the release binary and the shared libraries it uses
+#   virt-handler, virt-api
 #   virt-launcher                             a minimal Debian rootfs (mmdebstrap, cached) with QEMU
 #                                             for the TCG fallback, ip/iptables for the pod network,
 #                                             genisoimage and qemu-img for disks, a static busybox,
@@ -9,6 +10,10 @@
 # (The guest-images containerDisks are pushed by tests/cluster/cluster.sh up.)
 # The tag is `devel-` and a hash of the binaries and the launcher's base, so that nodes never run a
 # stale image under a reused tag; the last line printed is the tag.
+# FERROVIRT_BUILD_MARKER=TEXT makes a different build of the same binaries: TEXT goes into every
+# image (/usr/bin/build-marker in the small ones, /usr/share/ferrovirt/build-marker in the
+# launcher) and into the hash, so the tag differs too (the operator's upgrade test builds a
+# second version this way).
 # Usage: hack/images.sh                 (the cluster must be up)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,9 +30,17 @@ die() { log "error: $*"; exit 1; }
 log "building release binaries"
 cargo build --release --locked -p controller -p handler -p launcher -p virt-api -p operator -p virtctl --bins >&2
 
-# A small image: one binary at /usr/bin/NAME with the libraries it loads.
+MARKER_DIR=$(mktemp -d)
+trap 'rm -rf "$MARKER_DIR"' EXIT
+marker_files=()
+if [[ -n ${FERROVIRT_BUILD_MARKER:-} ]]; then
+  printf '%s\n' "$FERROVIRT_BUILD_MARKER" >"$MARKER_DIR/build-marker"
+  marker_files=("$MARKER_DIR/build-marker")
+fi
+
+# A small image: one binary at /usr/bin/NAME with the libraries it loads (and the marker).
 small_image() {
-  "$CLUSTER" build-binary-image "registry:5000/ferrovirt/$1:$TAG" "$TARGET/$1" >&2
+  "$CLUSTER" build-binary-image "registry:5000/ferrovirt/$1:$TAG" "$TARGET/$1" "${marker_files[@]}" >&2
 }
 
 launcher_packages=(qemu-system-x86 qemu-utils iproute2 iptables genisoimage dosfstools mtools busybox-static e2fsprogs)
@@ -60,6 +73,9 @@ launcher_image() {
   mkdir -p "$root/usr/share/ferrovirt"
   cp "$TARGET/virt-launcher" "$root/usr/bin/virt-launcher"
   cp -L "$GUEST/vmlinux" "$root/usr/share/ferrovirt/vmlinux"
+  if ((${#marker_files[@]})); then
+    cp "${marker_files[0]}" "$root/usr/share/ferrovirt/build-marker"
+  fi
   if [[ -e $GUEST/initramfs.cpio.gz ]]; then
     cp -L "$GUEST/initramfs.cpio.gz" "$root/usr/share/ferrovirt/initramfs.cpio.gz"
   fi
@@ -67,8 +83,9 @@ launcher_image() {
   rm -rf "$root"
 }
 
-TAG=devel-$(cat "$TARGET"/virt-{controller,handler,api,launcher} "$0" "$GUEST/SHA256SUMS" | sha256sum | cut -c1-12)
-for name in virt-controller virt-handler virt-api; do
+TAG=devel-$(cat "$TARGET"/virt-{operator,controller,handler,api,launcher} "$0" "$GUEST/SHA256SUMS" \
+  "${marker_files[@]}" | sha256sum | cut -c1-12)
+for name in virt-operator virt-controller virt-handler virt-api; do
   small_image "$name"
 done
 launcher_image

@@ -3,13 +3,23 @@
 #   1. installs the Debian packages, builds the guest images (cached in /var/cache/ferrovirt);
 #   2. starts the local Kubernetes cluster (tests/cluster/cluster.sh up; builds Kubernetes once);
 #   3. builds and pushes Ferrovirt's images and the containerDisks (hack/images.sh);
-#   4. installs Ferrovirt (CRDs, RBAC, virt-controller, virt-handler, virt-api with its webhooks
-#      and the subresources API) and waits for it;
+#   4. installs Ferrovirt as a user would: `kubectl create -f ferrovirt-operator.yaml` and
+#      `kubectl create -f kubevirt-cr.yaml` (generated into /var/lib/ferrovirt-cluster/release),
+#      then waits for the KubeVirt CR's Available condition and this build's version; on a
+#      cluster installed before, it applies the new operator manifest instead (an upgrade);
 #   5. creates examples/vm-cirros.yaml and waits until its VMI is Running.
 # Usage: hack/up.sh                (as root, from anywhere)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
+# `flock /tmp/ferrovirt-cluster.lock hack/up.sh` hands its lock's file descriptor to this script;
+# a daemon that cluster.sh starts would inherit it and hold the lock for as long as it lives.
+# flock itself keeps the lock until this script exits, so our copy can go.
+for fd in /proc/$$/fd/*; do
+  if [[ $(readlink "$fd" 2>/dev/null) == */ferrovirt-cluster.lock && ${fd##*/} -gt 2 ]]; then
+    eval "exec ${fd##*/}>&-"
+  fi
+done
 log() { printf '\n== %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
 
 log "packages and guest images"
@@ -25,35 +35,33 @@ kubectl() { tests/cluster/cluster.sh kubectl "$@"; }
 log "images"
 tag=$(hack/images.sh | tail -n 1)
 
-log "installing Ferrovirt"
+log "installing Ferrovirt with virt-operator"
+# As a user installs KubeVirt: the operator's manifest, then the KubeVirt CR; the operator
+# installs the components with the certificates it generates. The release manifests are
+# generated for this build's tag (ferrovirt-release) and kept with the cluster's state.
 release=${CARGO_TARGET_DIR:-$PWD/target}/release
-# virt-api's serving certificate (for its webhooks and the aggregated API) and the token it
-# presents to virt-handler; made once, kept with the cluster's state.
-certs=/var/lib/ferrovirt-cluster/ferrovirt-certs
-if [[ ! -f $certs/tls.crt ]]; then
-  mkdir -p "$certs"
-  ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1)
-  openssl req -x509 -new -nodes "${ec[@]}" -keyout "$certs/ca.key" -out "$certs/ca.crt" \
-    -days 3650 -subj "/CN=ferrovirt-virt-api-ca" 2>/dev/null
-  openssl req -new -nodes "${ec[@]}" -keyout "$certs/tls.key" -out "$certs/tls.csr" \
-    -subj "/CN=virt-api.kubevirt.svc" 2>/dev/null
-  printf 'subjectAltName=DNS:virt-api.kubevirt.svc,DNS:virt-api.kubevirt.svc.cluster.local,DNS:virt-api\nextendedKeyUsage=serverAuth\n' >"$certs/ext"
-  openssl x509 -req -in "$certs/tls.csr" -CA "$certs/ca.crt" -CAkey "$certs/ca.key" \
-    -CAcreateserial -out "$certs/tls.crt" -days 3650 -extfile "$certs/ext" 2>/dev/null
-  head -c 32 /dev/urandom | base64 | tr -d '\n' >"$certs/handler-token"
+manifests=/var/lib/ferrovirt-cluster/release
+"$release/ferrovirt-release" --tag "$tag" --output-dir "$manifests" >/dev/null
+if kubectl get namespace kubevirt >/dev/null 2>&1; then
+  # Installed before: update in place, as KubeVirt's upgrade does (the new operator image
+  # rolls every component to the new tag).
+  kubectl apply --server-side --force-conflicts -f "$manifests/ferrovirt-operator.yaml"
+else
+  kubectl create -f "$manifests/ferrovirt-operator.yaml"
 fi
-kubectl create namespace kubevirt --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-kubectl -n kubevirt create secret tls kubevirt-virt-api-certs --cert "$certs/tls.crt" \
-  --key "$certs/tls.key" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-kubectl -n kubevirt create secret generic kubevirt-virt-handler-token \
-  --from-file=token="$certs/handler-token" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-"$release/ferrovirt-manifests" --tag "$tag" | kubectl apply --server-side --force-conflicts -f -
-kubectl wait --for condition=Established --timeout=60s crd --all >/dev/null
-"$release/virt-api-manifests" --image "registry:5000/ferrovirt/virt-api:$tag" \
-  --ca-bundle "$certs/ca.crt" | kubectl apply --server-side --force-conflicts -f -
-kubectl -n kubevirt rollout status deployment/virt-controller --timeout=180s
-kubectl -n kubevirt rollout status daemonset/virt-handler --timeout=180s
-kubectl -n kubevirt rollout status deployment/virt-api --timeout=180s
+kubectl wait --for condition=Established --timeout=60s crd/kubevirts.kubevirt.io >/dev/null
+if [[ -n $(kubectl -n kubevirt get kv kubevirt -o jsonpath='{.metadata.deletionTimestamp}' 2>/dev/null) ]]; then
+  log "waiting for the KubeVirt CR being deleted to go"
+  kubectl -n kubevirt wait --for=delete kv/kubevirt --timeout=300s
+fi
+if ! kubectl -n kubevirt get kv kubevirt >/dev/null 2>&1; then
+  kubectl create -f "$manifests/kubevirt-cr.yaml"
+fi
+kubectl -n kubevirt wait kv kubevirt --for condition=Available --timeout=300s
+# Available stays true while an upgrade rolls; wait for this build's version too.
+kubectl -n kubevirt wait kv kubevirt --for=jsonpath='{.status.observedKubeVirtVersion}'="$tag" \
+  --timeout=300s
+kubectl -n kubevirt wait kv kubevirt --for=jsonpath='{.status.phase}'=Deployed --timeout=60s
 
 log "starting the example VM"
 kubectl apply -f examples/vm-cirros.yaml
