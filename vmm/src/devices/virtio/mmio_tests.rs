@@ -13,6 +13,7 @@ use crate::devices::virtio::ActivateError;
 struct Dummy {
     activations: Arc<AtomicUsize>,
     resets: Arc<AtomicUsize>,
+    worker: crate::devices::virtio::DeviceWorker,
 }
 
 impl VirtioDevice for Dummy {
@@ -37,8 +38,8 @@ impl VirtioDevice for Dummy {
     fn reset(&mut self) {
         self.resets.fetch_add(1, Ordering::SeqCst);
     }
-    fn worker(&mut self) -> Option<&mut crate::devices::virtio::worker::WorkerHandle> {
-        None
+    fn device_worker(&mut self) -> &mut crate::devices::virtio::DeviceWorker {
+        &mut self.worker
     }
 }
 
@@ -48,6 +49,7 @@ fn transport() -> (MmioTransport, Arc<AtomicUsize>, Arc<AtomicUsize>) {
     let device = Dummy {
         activations: activations.clone(),
         resets: resets.clone(),
+        worker: Default::default(),
     };
     let t = MmioTransport::new(
         Box::new(device),
@@ -288,6 +290,7 @@ fn dummy_transport(mem: &GuestMemoryMmap) -> MmioTransport {
     let device = Dummy {
         activations: Arc::new(AtomicUsize::new(0)),
         resets: Arc::new(AtomicUsize::new(0)),
+        worker: Default::default(),
     };
     MmioTransport::new(
         Box::new(device),

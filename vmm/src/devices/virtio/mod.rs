@@ -11,6 +11,7 @@
 //! when used. A malformed chain is logged, the device is marked broken (status
 //! DEVICE_NEEDS_RESET, config-change interrupt) and stops processing until the driver resets it.
 
+pub mod activation;
 pub mod block;
 pub mod chain;
 pub mod mmio;
@@ -23,10 +24,10 @@ pub mod worker;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
-use crate::vstate::memory::GuestMemoryMmap;
 use log::warn;
-use virtio_queue::Queue;
 use vmm_sys_util::eventfd::EventFd;
+
+pub use activation::{queue_events, ActivateError, Activation, ActiveQueues, DeviceWorker};
 
 /// Feature bit: the device follows virtio 1.x (required by this transport).
 pub const VIRTIO_F_VERSION_1: u64 = 1 << 32;
@@ -109,26 +110,6 @@ impl Interrupt {
     }
 }
 
-/// What a device gets when the driver sets DRIVER_OK.
-pub struct Activation {
-    pub mem: GuestMemoryMmap,
-    pub queues: Vec<Queue>,
-    pub queue_evts: Vec<EventFd>,
-    pub interrupt: std::sync::Arc<Interrupt>,
-    pub acked_features: u64,
-}
-
-/// Activating a device failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ActivateError {
-    #[error("expected {expected} queues, got {got}")]
-    QueueCount { expected: usize, got: usize },
-    #[error("start worker thread")]
-    Worker(#[source] std::io::Error),
-    #[error("device setup")]
-    Setup(#[source] std::io::Error),
-}
-
 /// A virtio device behind the MMIO transport.
 pub trait VirtioDevice: Send {
     fn device_type(&self) -> u32;
@@ -140,10 +121,17 @@ pub trait VirtioDevice: Send {
     fn config_space(&self) -> Vec<u8>;
     /// Starts processing the queues.
     fn activate(&mut self, activation: Activation) -> Result<(), ActivateError>;
-    /// Stops processing (driver reset); the device can be activated again.
-    fn reset(&mut self);
+    /// The device's worker thread slot (empty while the device is not active).
+    fn device_worker(&mut self) -> &mut DeviceWorker;
+    /// Stops processing (driver reset); the device can be activated again. By default: stops
+    /// the worker.
+    fn reset(&mut self) {
+        self.device_worker().stop();
+    }
     /// The running worker thread, if the device is active.
-    fn worker(&mut self) -> Option<&mut worker::WorkerHandle>;
+    fn worker(&mut self) -> Option<&mut worker::WorkerHandle> {
+        self.device_worker().handle()
+    }
     /// The disk behind the device, for a live migration to copy (virtio-blk only).
     fn disk(&self) -> Option<block::DiskHandle> {
         None

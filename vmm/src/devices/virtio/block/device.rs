@@ -5,23 +5,20 @@
 //! reads and clears through the device's [`DiskHandle`] to copy what the guest wrote.
 
 use std::io;
-use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 
 use crate::vstate::memory::GuestMemoryMmap;
 use log::warn;
 use virtio_queue::{Queue, QueueT};
-use vmm_sys_util::eventfd::EventFd;
 
 use super::request::{disk_id, DiskBackend, DiskView, Request};
 use super::*;
-use crate::devices::virtio::worker::{self, WorkerEvent, WorkerHandle};
 use crate::devices::virtio::{
-    ActivateError, Activation, Interrupt, VirtioDevice, TYPE_BLOCK, VIRTIO_F_VERSION_1,
+    ActivateError, Activation, DeviceWorker, Interrupt, VirtioDevice, TYPE_BLOCK,
+    VIRTIO_F_VERSION_1,
 };
 
 const QUEUE_SIZES: [u16; 1] = [256];
-const REQUEST_QUEUE_EVENT: u64 = 0;
 
 /// Granularity of the written-blocks bitmap.
 pub const DIRTY_BLOCK: u64 = 64 << 10;
@@ -126,7 +123,7 @@ pub struct Block {
     id: String,
     capacity: u64,
     readonly: bool,
-    worker: Option<WorkerHandle>,
+    worker: DeviceWorker,
 }
 
 impl Block {
@@ -143,7 +140,7 @@ impl Block {
             id: id.to_string(),
             capacity,
             readonly,
-            worker: None,
+            worker: DeviceWorker::default(),
         }
     }
 }
@@ -152,7 +149,6 @@ impl Block {
 pub(super) struct BlockWorker {
     mem: GuestMemoryMmap,
     queue: Queue,
-    evt: EventFd,
     interrupt: Arc<Interrupt>,
     disk: Arc<Mutex<Disk>>,
 }
@@ -224,49 +220,22 @@ impl VirtioDevice for Block {
     }
 
     fn activate(&mut self, activation: Activation) -> Result<(), ActivateError> {
-        let Activation {
-            mem,
-            mut queues,
-            mut queue_evts,
-            interrupt,
-            ..
-        } = activation;
-        if queues.len() != 1 || queue_evts.len() != 1 {
-            return Err(ActivateError::QueueCount {
-                expected: 1,
-                got: queues.len(),
-            });
-        }
-        let evt = queue_evts.remove(0);
-        let fd = evt.as_raw_fd();
-        let mut state = BlockWorker {
-            mem,
-            queue: queues.remove(0),
-            evt,
-            interrupt,
-            disk: self.disk.clone(),
-        };
-        let handle = worker::spawn(
+        let disk = self.disk.clone();
+        self.worker.start_single_queue(
             "virtio-blk",
-            vec![WorkerEvent {
-                fd,
-                token: REQUEST_QUEUE_EVENT,
-                edge_triggered: false,
-            }],
-            move |token, _| {
-                if token == REQUEST_QUEUE_EVENT {
-                    let _ = state.evt.read();
-                    state.process_queue();
-                }
+            activation,
+            |mem, queue, interrupt| BlockWorker {
+                mem,
+                queue,
+                interrupt,
+                disk,
             },
+            BlockWorker::process_queue,
         )
-        .map_err(ActivateError::Worker)?;
-        self.worker = Some(handle);
-        Ok(())
     }
 
-    fn worker(&mut self) -> Option<&mut WorkerHandle> {
-        self.worker.as_mut()
+    fn device_worker(&mut self) -> &mut DeviceWorker {
+        &mut self.worker
     }
 
     fn disk(&self) -> Option<DiskHandle> {
@@ -274,12 +243,6 @@ impl VirtioDevice for Block {
             disk: self.disk.clone(),
             id: self.id.clone(),
         })
-    }
-
-    fn reset(&mut self) {
-        if let Some(mut worker) = self.worker.take() {
-            worker.stop();
-        }
     }
 }
 
@@ -304,7 +267,6 @@ pub(super) mod tests_support {
         let worker = BlockWorker {
             mem,
             queue,
-            evt: EventFd::new(libc::EFD_NONBLOCK).unwrap(),
             interrupt,
             disk: disk.clone(),
         };
@@ -327,7 +289,6 @@ pub(super) mod tests_support {
         BlockWorker {
             mem,
             queue,
-            evt: EventFd::new(libc::EFD_NONBLOCK).unwrap(),
             interrupt,
             disk: Arc::new(Mutex::new(Disk {
                 backend: Box::new(disk),

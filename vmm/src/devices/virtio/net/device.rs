@@ -13,12 +13,14 @@ use vmm_sys_util::eventfd::EventFd;
 use super::frame::{read_tx_frame, write_rx_frame, RxOutcome};
 use super::tap::{Tap, TUN_F_CSUM, TUN_F_TSO4, TUN_F_TSO6, TUN_F_UFO};
 use super::*;
-use crate::devices::virtio::worker::{self, WorkerEvent, WorkerHandle};
+use crate::devices::virtio::worker::WorkerEvent;
 use crate::devices::virtio::{
-    ActivateError, Activation, Interrupt, VirtioDevice, TYPE_NET, VIRTIO_F_VERSION_1,
+    queue_events, ActivateError, Activation, ActiveQueues, DeviceWorker, Interrupt, VirtioDevice,
+    TYPE_NET, VIRTIO_F_VERSION_1,
 };
 
 const QUEUE_SIZES: [u16; 2] = [256, 256];
+/// Queue event tokens are the queue indexes ([`queue_events`]).
 const RX_QUEUE_EVENT: u64 = 0;
 const TX_QUEUE_EVENT: u64 = 1;
 const TAP_EVENT: u64 = 2;
@@ -27,7 +29,7 @@ const TAP_EVENT: u64 = 2;
 pub struct Net {
     tap: Arc<Mutex<Tap>>,
     mac: [u8; 6],
-    worker: Option<WorkerHandle>,
+    worker: DeviceWorker,
 }
 
 impl Net {
@@ -35,7 +37,7 @@ impl Net {
         Net {
             tap: Arc::new(Mutex::new(tap)),
             mac,
-            worker: None,
+            worker: DeviceWorker::default(),
         }
     }
 }
@@ -212,45 +214,26 @@ impl VirtioDevice for Net {
     }
 
     fn activate(&mut self, activation: Activation) -> Result<(), ActivateError> {
-        let Activation {
+        let ActiveQueues {
             mem,
-            queues,
+            queues: [rx, tx],
             queue_evts,
             interrupt,
             acked_features,
-        } = activation;
-        let (Ok([rx, tx]), Ok([rx_evt, tx_evt])) = (
-            <[Queue; 2]>::try_from(queues),
-            <[EventFd; 2]>::try_from(queue_evts),
-        ) else {
-            return Err(ActivateError::QueueCount {
-                expected: 2,
-                got: 0,
-            });
-        };
+        } = activation.into_queues()?;
         let tap_fd = {
             let tap = self.tap.lock().unwrap_or_else(|e| e.into_inner());
             tap.set_offload(tap_offloads(acked_features))
                 .map_err(|e| ActivateError::Setup(io::Error::other(e)))?;
             tap.as_raw_fd()
         };
-        let events = vec![
-            WorkerEvent {
-                fd: rx_evt.as_raw_fd(),
-                token: RX_QUEUE_EVENT,
-                edge_triggered: false,
-            },
-            WorkerEvent {
-                fd: tx_evt.as_raw_fd(),
-                token: TX_QUEUE_EVENT,
-                edge_triggered: false,
-            },
-            WorkerEvent {
-                fd: tap_fd,
-                token: TAP_EVENT,
-                edge_triggered: true,
-            },
-        ];
+        let mut events = queue_events(&queue_evts);
+        events.push(WorkerEvent {
+            fd: tap_fd,
+            token: TAP_EVENT,
+            edge_triggered: true,
+        });
+        let [rx_evt, tx_evt] = queue_evts;
         let mut state = NetWorker {
             mem,
             rx,
@@ -263,19 +246,11 @@ impl VirtioDevice for Net {
             rx_buf: Vec::with_capacity(MAX_FRAME_LEN),
             tx_buf: Vec::with_capacity(MAX_FRAME_LEN),
         };
-        let handle = worker::spawn("virtio-net", events, move |token, _| state.handle(token))
-            .map_err(ActivateError::Worker)?;
-        self.worker = Some(handle);
-        Ok(())
+        self.worker
+            .start("virtio-net", events, move |token, _| state.handle(token))
     }
 
-    fn worker(&mut self) -> Option<&mut WorkerHandle> {
-        self.worker.as_mut()
-    }
-
-    fn reset(&mut self) {
-        if let Some(mut worker) = self.worker.take() {
-            worker.stop();
-        }
+    fn device_worker(&mut self) -> &mut DeviceWorker {
+        &mut self.worker
     }
 }

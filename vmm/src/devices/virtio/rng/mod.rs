@@ -4,21 +4,19 @@
 
 use std::fs::File;
 use std::io::Read;
-use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 
 use crate::vstate::memory::GuestMemoryMmap;
 use log::warn;
 use virtio_queue::{DescriptorChain, Queue, QueueT};
 use vm_memory::{Address, Bytes, GuestMemoryError};
-use vmm_sys_util::eventfd::EventFd;
 
 use super::chain::{self, ChainError};
-use super::worker::{self, WorkerEvent, WorkerHandle};
-use super::{ActivateError, Activation, Interrupt, VirtioDevice, TYPE_RNG, VIRTIO_F_VERSION_1};
+use super::{
+    ActivateError, Activation, DeviceWorker, Interrupt, VirtioDevice, TYPE_RNG, VIRTIO_F_VERSION_1,
+};
 
 const QUEUE_SIZES: [u16; 1] = [256];
-const REQUEST_QUEUE_EVENT: u64 = 0;
 /// Most bytes one chain receives.
 pub const MAX_CHAIN_BYTES: usize = 64 << 10;
 
@@ -75,14 +73,14 @@ pub fn fill_chain<R: Read>(
 /// A virtio-rng device.
 pub struct Rng {
     source: Arc<Mutex<File>>,
-    worker: Option<WorkerHandle>,
+    worker: DeviceWorker,
 }
 
 impl Rng {
     pub fn new(source: File) -> Rng {
         Rng {
             source: Arc::new(Mutex::new(source)),
-            worker: None,
+            worker: DeviceWorker::default(),
         }
     }
 }
@@ -90,7 +88,6 @@ impl Rng {
 struct RngWorker {
     mem: GuestMemoryMmap,
     queue: Queue,
-    evt: EventFd,
     interrupt: Arc<Interrupt>,
     source: Arc<Mutex<File>>,
 }
@@ -143,55 +140,22 @@ impl VirtioDevice for Rng {
     }
 
     fn activate(&mut self, activation: Activation) -> Result<(), ActivateError> {
-        let Activation {
-            mem,
-            mut queues,
-            mut queue_evts,
-            interrupt,
-            ..
-        } = activation;
-        if queues.len() != 1 || queue_evts.len() != 1 {
-            return Err(ActivateError::QueueCount {
-                expected: 1,
-                got: queues.len(),
-            });
-        }
-        let evt = queue_evts.remove(0);
-        let fd = evt.as_raw_fd();
-        let mut state = RngWorker {
-            mem,
-            queue: queues.remove(0),
-            evt,
-            interrupt,
-            source: self.source.clone(),
-        };
-        let handle = worker::spawn(
+        let source = self.source.clone();
+        self.worker.start_single_queue(
             "virtio-rng",
-            vec![WorkerEvent {
-                fd,
-                token: REQUEST_QUEUE_EVENT,
-                edge_triggered: false,
-            }],
-            move |token, _| {
-                if token == REQUEST_QUEUE_EVENT {
-                    let _ = state.evt.read();
-                    state.process_queue();
-                }
+            activation,
+            |mem, queue, interrupt| RngWorker {
+                mem,
+                queue,
+                interrupt,
+                source,
             },
+            RngWorker::process_queue,
         )
-        .map_err(ActivateError::Worker)?;
-        self.worker = Some(handle);
-        Ok(())
     }
 
-    fn worker(&mut self) -> Option<&mut WorkerHandle> {
-        self.worker.as_mut()
-    }
-
-    fn reset(&mut self) {
-        if let Some(mut worker) = self.worker.take() {
-            worker.stop();
-        }
+    fn device_worker(&mut self) -> &mut DeviceWorker {
+        &mut self.worker
     }
 }
 

@@ -3,7 +3,6 @@
 //! the worker fills receive buffers from the muxer.
 
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -16,14 +15,16 @@ use vmm_sys_util::eventfd::EventFd;
 use super::muxer::{Muxer, FIRST_CONNECTION_TOKEN};
 use super::packet::{read_tx_packet, rx_capacity, write_rx_packet};
 use crate::devices::virtio::chain;
-use crate::devices::virtio::worker::{self, EventRegistry, WorkerEvent, WorkerHandle};
+use crate::devices::virtio::worker::{EventRegistry, WorkerEvent};
 use crate::devices::virtio::{
-    ActivateError, Activation, Interrupt, VirtioDevice, VIRTIO_F_VERSION_1,
+    queue_events, ActivateError, Activation, ActiveQueues, DeviceWorker, Interrupt, VirtioDevice,
+    VIRTIO_F_VERSION_1,
 };
 
 /// Device type of virtio-vsock.
 pub const TYPE_VSOCK: u32 = 19;
 const QUEUE_SIZES: [u16; 3] = [256, 256, 256];
+/// Queue event tokens are the queue indexes ([`queue_events`]).
 const RX_QUEUE_EVENT: u64 = 0;
 const TX_QUEUE_EVENT: u64 = 1;
 const EVENT_QUEUE_EVENT: u64 = 2;
@@ -34,7 +35,7 @@ pub struct Vsock {
     cid: u64,
     path: PathBuf,
     listener: UnixListener,
-    worker: Option<WorkerHandle>,
+    worker: DeviceWorker,
 }
 
 impl Vsock {
@@ -47,7 +48,7 @@ impl Vsock {
             cid,
             path: path.into(),
             listener,
-            worker: None,
+            worker: DeviceWorker::default(),
         })
     }
 }
@@ -166,31 +167,16 @@ impl VirtioDevice for Vsock {
     }
 
     fn activate(&mut self, activation: Activation) -> Result<(), ActivateError> {
-        let Activation {
+        let ActiveQueues {
             mem,
-            queues,
-            queue_evts,
+            queues: [rx, tx, _event],
+            queue_evts: evts,
             interrupt,
             ..
-        } = activation;
-        let got = queues.len();
-        let (Ok([rx, tx, _event]), Ok(evts)) = (
-            <[Queue; 3]>::try_from(queues),
-            <[EventFd; 3]>::try_from(queue_evts),
-        ) else {
-            return Err(ActivateError::QueueCount { expected: 3, got });
-        };
+        } = activation.into_queues()?;
         let listener = self.listener.try_clone().map_err(ActivateError::Setup)?;
         let muxer = Muxer::new(self.cid, &self.path, listener);
-        let mut events: Vec<WorkerEvent> = evts
-            .iter()
-            .zip([RX_QUEUE_EVENT, TX_QUEUE_EVENT, EVENT_QUEUE_EVENT])
-            .map(|(evt, token)| WorkerEvent {
-                fd: evt.as_raw_fd(),
-                token,
-                edge_triggered: false,
-            })
-            .collect();
+        let mut events = queue_events(&evts);
         events.push(WorkerEvent {
             fd: muxer.listener_fd(),
             token: LISTENER_EVENT,
@@ -204,21 +190,13 @@ impl VirtioDevice for Vsock {
             interrupt,
             muxer,
         };
-        let handle = worker::spawn("virtio-vsock", events, move |token, reg| {
-            state.handle(token, reg)
-        })
-        .map_err(ActivateError::Worker)?;
-        self.worker = Some(handle);
-        Ok(())
+        self.worker
+            .start("virtio-vsock", events, move |token, reg| {
+                state.handle(token, reg)
+            })
     }
 
-    fn worker(&mut self) -> Option<&mut WorkerHandle> {
-        self.worker.as_mut()
-    }
-
-    fn reset(&mut self) {
-        if let Some(mut worker) = self.worker.take() {
-            worker.stop();
-        }
+    fn device_worker(&mut self) -> &mut DeviceWorker {
+        &mut self.worker
     }
 }
