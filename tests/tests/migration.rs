@@ -1,0 +1,464 @@
+//! Live migration on the two-node local cluster (QEMU TCG).
+//!
+//! - A VM whose guest prints `fv-count N UPTIME TOKEN` (a counter, its uptime, and a token it
+//!   keeps in RAM) and writes to its emptyDisk is migrated with `virtctl migrate`: the
+//!   migration goes through its phases to Succeeded, the VMI moves to the other node, the source
+//!   Pod goes, and the console on the new node shows the counter going on with the same token
+//!   and a growing uptime (no reboot). The total time and the guest's downtime are printed.
+//! - The target Pod is killed while the migration runs: the migration fails and the VM keeps
+//!   running on the source.
+//! - A VMI with a ReadWriteOnce PVC is refused: the migration fails with the reason, and the
+//!   VMI's LiveMigratable condition says it.
+
+use std::time::{Duration, Instant};
+
+use api::migration::{MigrationPhase, VirtualMachineInstanceMigration};
+use api::{VirtualMachine, VirtualMachineInstance, VmiPhase};
+use ferrovirt_tests::{client, read_console, virtctl, wait_for, TestNamespace};
+use k8s_openapi::api::core::v1::{Event, Node, PersistentVolumeClaim, Pod};
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+
+/// The guest's script: a RAM token, a marker on the emptyDisk, then the counter.
+const USER_DATA: &str = "#!/bin/sh\n\
+head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \\n' > /tmp/fv-token\n\
+echo ferrovirt-emptydisk-marker > /dev/vdc; sync\n\
+( i=0; while true; do i=$((i+1)); echo \"fv-count $i $(cut -d' ' -f1 /proc/uptime) $(cat /tmp/fv-token)\" >/dev/console; sleep 0.5; done ) </dev/null >/dev/null 2>&1 &\n";
+
+fn counting_vm(name: &str, empty_disk: &str) -> VirtualMachine {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachine",
+        "metadata": {"name": name},
+        "spec": {
+            "runStrategy": "Always",
+            "template": {
+                "metadata": {"labels": {"kubevirt.io/vm": name}},
+                "spec": {
+                    "domain": {
+                        "devices": {"disks": [
+                            {"name": "containerdisk", "disk": {"bus": "virtio"}},
+                            {"name": "cloudinitdisk", "disk": {"bus": "virtio"}},
+                            {"name": "emptydisk", "disk": {"bus": "virtio"}}
+                        ]},
+                        "memory": {"guest": "128Mi"},
+                        "resources": {}
+                    },
+                    "terminationGracePeriodSeconds": 0,
+                    "volumes": [
+                        {"name": "containerdisk",
+                         "containerDisk": {"image": "registry:5000/kubevirt/cirros-container-disk-demo:devel"}},
+                        {"name": "cloudinitdisk", "cloudInitNoCloud": {"userData": USER_DATA}},
+                        {"name": "emptydisk", "emptyDisk": {"capacity": empty_disk}}
+                    ]
+                }
+            }
+        }
+    }))
+    .expect("a VirtualMachine")
+}
+
+/// One `fv-count` line.
+#[derive(Clone, Debug, PartialEq)]
+struct Count {
+    n: u64,
+    uptime: f64,
+    token: String,
+}
+
+fn counts(text: &str) -> Vec<Count> {
+    text.lines()
+        .filter_map(|l| {
+            let line = l.trim();
+            let at = line.find("fv-count ")?;
+            let mut parts = line[at + "fv-count ".len()..].split_whitespace();
+            Some(Count {
+                n: parts.next()?.parse().ok()?,
+                uptime: parts.next()?.parse().ok()?,
+                token: parts.next()?.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Reads the console of `uid` on `node` until it shows at least `at_least` counts.
+async fn console_counts(node: &str, uid: &str, at_least: usize, timeout: Duration) -> Vec<Count> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let (n, u) = (node.to_string(), uid.to_string());
+        let text =
+            tokio::task::spawn_blocking(move || read_console(&n, &u, Duration::from_secs(3)))
+                .await
+                .expect("console reader");
+        let found = counts(&text);
+        if found.len() >= at_least {
+            return found;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "fewer than {at_least} counter lines on {node}'s console of {uid}; console:\n{text}"
+        );
+    }
+}
+
+async fn two_schedulable_nodes(client: &Client) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let schedulable = nodes
+        .list(&ListParams::default().labels("kubevirt.io/schedulable=true"))
+        .await
+        .expect("nodes listed")
+        .items;
+    assert!(
+        schedulable.len() >= 2,
+        "live migration needs two nodes that run VMs; found {:?} (add one with \
+         `tests/cluster/cluster.sh add-node ferrovirt-worker1` and re-run hack/up.sh)",
+        schedulable.iter().map(|n| n.name_any()).collect::<Vec<_>>()
+    );
+}
+
+/// Starts the counting VM and waits until it runs and counts.
+async fn running_vm(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    empty_disk: &str,
+) -> (VirtualMachineInstance, String, Vec<Count>) {
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), namespace);
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), namespace);
+    vms.create(&PostParams::default(), &counting_vm(name, empty_disk))
+        .await
+        .expect("VM created");
+    let vmi = wait_for("the VMI to run", Duration::from_secs(300), || async {
+        let vmi = vmis.get(name).await.ok()?;
+        let status = vmi.status.as_ref()?;
+        assert_ne!(
+            status.phase,
+            Some(VmiPhase::Failed),
+            "VMI failed: {status:?}"
+        );
+        (status.phase == Some(VmiPhase::Running)).then_some(vmi)
+    })
+    .await;
+    let node = vmi
+        .status
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .expect("nodeName");
+    let uid = vmi.uid().expect("uid");
+    let seen = console_counts(&node, &uid, 3, Duration::from_secs(180)).await;
+    (vmi, node, seen)
+}
+
+/// The migration `virtctl migrate` made for VM `name`.
+async fn migration_of(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> VirtualMachineInstanceMigration {
+    let migrations: Api<VirtualMachineInstanceMigration> =
+        Api::namespaced(client.clone(), namespace);
+    wait_for("the migration object", Duration::from_secs(20), || async {
+        migrations
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|m| m.spec.vmi_name.as_deref() == Some(name))
+    })
+    .await
+}
+
+fn phase(m: &VirtualMachineInstanceMigration) -> Option<MigrationPhase> {
+    m.status.as_ref().and_then(|s| s.phase)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn virtctl_migrate_moves_a_running_vm_to_the_other_node() {
+    let client = client().await;
+    two_schedulable_nodes(&client).await;
+    let namespace = TestNamespace::create(&client, "e2e-migrate").await;
+    let ns = namespace.name.as_str();
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let (vmi, source_node, before) = running_vm(&client, ns, "vm-counter", "1Gi").await;
+    let uid = vmi.uid().expect("uid");
+    let last_before = before.last().cloned().expect("counts");
+
+    let started = Instant::now();
+    let out = virtctl(ns, &["migrate", "vm-counter"]);
+    assert_eq!(out.code, Some(0), "virtctl migrate: {out:?}");
+    assert!(out.stdout.contains("was scheduled to migrate"), "{out:?}");
+    let migration = migration_of(&client, ns, "vm-counter").await;
+    let migrations: Api<VirtualMachineInstanceMigration> = Api::namespaced(client.clone(), ns);
+    let done = wait_for("the migration to end", Duration::from_secs(300), || async {
+        let m = migrations.get(&migration.name_any()).await.ok()?;
+        phase(&m).is_some_and(MigrationPhase::is_final).then_some(m)
+    })
+    .await;
+    let total = started.elapsed();
+    let status = done.status.clone().unwrap_or_default();
+    assert_eq!(
+        status.phase,
+        Some(MigrationPhase::Succeeded),
+        "migration: {status:?}"
+    );
+    let phases: Vec<MigrationPhase> = status
+        .phase_transition_timestamps
+        .iter()
+        .map(|t| t.phase)
+        .collect();
+    for want in [
+        MigrationPhase::Scheduling,
+        MigrationPhase::Scheduled,
+        MigrationPhase::PreparingTarget,
+        MigrationPhase::TargetReady,
+        MigrationPhase::Running,
+        MigrationPhase::Succeeded,
+    ] {
+        assert!(
+            phases.contains(&want),
+            "phase {want:?} missing from {phases:?}"
+        );
+    }
+
+    // The VMI is on the other node, with the migration recorded.
+    let moved = wait_for(
+        "the VMI on the target node",
+        Duration::from_secs(60),
+        || async {
+            let v = vmis.get("vm-counter").await.ok()?;
+            let s = v.status.as_ref()?;
+            (s.node_name.as_deref() != Some(source_node.as_str())
+                && s.phase == Some(VmiPhase::Running))
+            .then_some(v)
+        },
+    )
+    .await;
+    let s = moved.status.clone().unwrap_or_default();
+    let target_node = s.node_name.clone().expect("nodeName");
+    let state = s.migration_state.clone().expect("migrationState");
+    assert_eq!(state.source_node.as_deref(), Some(source_node.as_str()));
+    assert_eq!(state.target_node.as_deref(), Some(target_node.as_str()));
+    assert_eq!(state.completed, Some(true));
+    assert_ne!(state.failed, Some(true));
+    assert_eq!(state.mode.as_deref(), Some("PreCopy"));
+    let (Some(start), Some(end)) = (&state.start_timestamp, &state.end_timestamp) else {
+        panic!("timestamps missing: {state:?}");
+    };
+    assert_eq!(s.migration_method.as_deref(), Some("BlockMigration"));
+    assert_eq!(
+        moved.labels().get("kubevirt.io/nodeName"),
+        Some(&target_node)
+    );
+
+    // The console on the target: the counter goes on, same RAM token, uptime grows.
+    let after = console_counts(&target_node, &uid, 3, Duration::from_secs(60)).await;
+    let first = after[0].clone();
+    assert_eq!(
+        first.token, last_before.token,
+        "the RAM token changed: the guest rebooted"
+    );
+    assert!(
+        first.n > last_before.n,
+        "the counter restarted: {first:?} after {last_before:?}"
+    );
+    assert!(
+        first.uptime > last_before.uptime,
+        "the uptime went back: {first:?}"
+    );
+    assert!(after
+        .windows(2)
+        .all(|w| w[1].n > w[0].n && w[1].uptime >= w[0].uptime));
+
+    // The source Pod goes; the target Pod is the VMI's launcher.
+    wait_for("the source Pod to go", Duration::from_secs(120), || async {
+        let list = pods
+            .list(&ListParams::default().labels(&format!("kubevirt.io/created-by={uid}")))
+            .await
+            .ok()?;
+        let on_source = list.items.iter().any(|p| {
+            p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(source_node.as_str())
+        });
+        (!on_source).then_some(())
+    })
+    .await;
+
+    // The handler's figures.
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    let note = wait_for("the Migrated event", Duration::from_secs(30), || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("Migrated"))
+            .filter_map(|e| e.message)
+            .find(|m| m.contains("downtime"))
+    })
+    .await;
+    println!(
+        "migrated {source_node} -> {target_node}: virtctl to Succeeded {total:?}; \
+         migrationState {} -> {}; handler: {note}",
+        start.0, end.0
+    );
+    println!("last count on the source {last_before:?}, first on the target {first:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_target_pod_fails_the_migration_and_the_vm_stays() {
+    let client = client().await;
+    two_schedulable_nodes(&client).await;
+    let namespace = TestNamespace::create(&client, "e2e-migkill").await;
+    let ns = namespace.name.as_str();
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    // A large sparse emptyDisk makes the block migration last long enough to be interrupted.
+    let (vmi, source_node, _) = running_vm(&client, ns, "vm-kill", "64Gi").await;
+    let uid = vmi.uid().expect("uid");
+
+    let out = virtctl(ns, &["migrate", "vm-kill"]);
+    assert_eq!(out.code, Some(0), "virtctl migrate: {out:?}");
+    let migration = migration_of(&client, ns, "vm-kill").await;
+    let migrations: Api<VirtualMachineInstanceMigration> = Api::namespaced(client.clone(), ns);
+    // Wait for the stream to run, then kill the target Pod.
+    let (running, target_pod) =
+        wait_for("the migration to run", Duration::from_secs(300), || async {
+            let m = migrations.get(&migration.name_any()).await.ok()?;
+            let p = phase(&m)?;
+            assert!(
+                !p.is_final(),
+                "the migration ended before the kill: {:?}",
+                m.status
+            );
+            let pod = m
+                .status
+                .as_ref()?
+                .migration_state
+                .as_ref()?
+                .target_pod
+                .clone()?;
+            (p == MigrationPhase::Running).then_some((m, pod))
+        })
+        .await;
+    pods.delete(
+        &target_pod,
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        },
+    )
+    .await
+    .expect("target Pod deleted");
+    println!(
+        "killed the target Pod {target_pod} in phase {:?}",
+        phase(&running)
+    );
+
+    let failed = wait_for(
+        "the migration to fail",
+        Duration::from_secs(120),
+        || async {
+            let m = migrations.get(&migration.name_any()).await.ok()?;
+            phase(&m).is_some_and(MigrationPhase::is_final).then_some(m)
+        },
+    )
+    .await;
+    let status = failed.status.clone().unwrap_or_default();
+    assert_eq!(status.phase, Some(MigrationPhase::Failed), "{status:?}");
+    println!("migration failed: {:?}", status.conditions);
+
+    // The VM runs on, on the source node, its counter going on.
+    let vmi = vmis.get("vm-kill").await.expect("VMI");
+    let s = vmi.status.clone().unwrap_or_default();
+    assert_eq!(s.phase, Some(VmiPhase::Running), "{s:?}");
+    assert_eq!(s.node_name.as_deref(), Some(source_node.as_str()));
+    let state = s.migration_state.clone().expect("migrationState");
+    assert_eq!(state.failed, Some(true), "{state:?}");
+    let seen = console_counts(&source_node, &uid, 1, Duration::from_secs(30)).await;
+    let last = seen.last().cloned().expect("counts");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let later = console_counts(&source_node, &uid, 1, Duration::from_secs(30)).await;
+    assert!(
+        later.last().expect("counts").n > last.n,
+        "the guest stopped counting on the source after the failed migration"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vmi_with_a_read_write_once_pvc_is_refused_with_the_reason() {
+    let client = client().await;
+    let namespace = TestNamespace::create(&client, "e2e-nomig").await;
+    let ns = namespace.name.as_str();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    claims
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "local-disk"},
+                "spec": {"accessModes": ["ReadWriteOnce"],
+                         "resources": {"requests": {"storage": "1Gi"}}}
+            }))
+            .expect("a PVC"),
+        )
+        .await
+        .expect("PVC created");
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), ns);
+    let vmi: VirtualMachineInstance = serde_json::from_value(serde_json::json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+        "metadata": {"name": "vmi-rwo"},
+        "spec": {
+            "domain": {"devices": {"disks": [{"name": "disk0", "disk": {"bus": "virtio"}}]},
+                       "memory": {"guest": "128Mi"}, "resources": {}},
+            "volumes": [{"name": "disk0", "persistentVolumeClaim": {"claimName": "local-disk"}}]
+        }
+    }))
+    .expect("a VMI");
+    vmis.create(&PostParams::default(), &vmi)
+        .await
+        .expect("VMI created");
+    let migrations: Api<VirtualMachineInstanceMigration> = Api::namespaced(client.clone(), ns);
+    let request: VirtualMachineInstanceMigration = serde_json::from_value(serde_json::json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+        "metadata": {"name": "mig-rwo"},
+        "spec": {"vmiName": "vmi-rwo"}
+    }))
+    .expect("a migration");
+    migrations
+        .create(&PostParams::default(), &request)
+        .await
+        .expect("migration created");
+    let failed = wait_for(
+        "the migration to be refused",
+        Duration::from_secs(60),
+        || async {
+            let m = migrations.get("mig-rwo").await.ok()?;
+            phase(&m).is_some_and(MigrationPhase::is_final).then_some(m)
+        },
+    )
+    .await;
+    let status = failed.status.clone().unwrap_or_default();
+    assert_eq!(status.phase, Some(MigrationPhase::Failed), "{status:?}");
+    let reason = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Failed")
+        .and_then(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(reason.contains("PVC local-disk is not shared"), "{reason}");
+    let vmi = vmis.get("vmi-rwo").await.expect("VMI");
+    let condition = vmi
+        .status
+        .as_ref()
+        .and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == "LiveMigratable")
+                .cloned()
+        })
+        .expect("LiveMigratable condition");
+    assert!(!condition.is_true());
+    assert_eq!(condition.reason.as_deref(), Some("DisksNotLiveMigratable"));
+    println!("refused: {reason}");
+}
