@@ -8,7 +8,10 @@
 //!    (KVM ioeventfd with the queue index as datamatch), the interrupt to an irqfd;
 //! 5. load the kernel, initramfs and command line (with the virtio-mmio entries), write the zero
 //!    page, GDT and page tables;
-//! 6. create and configure the vCPUs, then start one thread each.
+//! 6. create and configure the vCPUs, then start one thread each, and the reset thread.
+//!
+//! Steps 2 and 6 also save the power-on state of the interrupt controllers and of each vCPU, to
+//! which a reset in place ([`crate::reset`]) returns before it repeats step 5.
 
 use std::fs::{File, OpenOptions};
 use std::path::PathBuf;
@@ -21,7 +24,7 @@ use vmm_sys_util::eventfd::EventFd;
 use crate::arch::boot_params::{write_zero_page, ZeroPageError};
 use crate::arch::regs::{write_boot_tables, WriteBootTablesError};
 use crate::arch::{LAST_IRQ, VIRTIO_FIRST_IRQ, VIRTIO_MMIO_SIZE, VIRTIO_MMIO_START};
-use crate::config::{parse_mac, ValidationError, VmConfig};
+use crate::config::{parse_mac, PayloadConfig, ValidationError, VmConfig};
 use crate::console::{Console, OpenConsoleError};
 use crate::devices::bus::{Bus, BusError};
 use crate::devices::legacy::i8042::I8042;
@@ -36,9 +39,11 @@ use crate::devices::virtio::net::Net;
 use crate::devices::virtio::rng::Rng;
 use crate::devices::virtio::vsock::Vsock;
 use crate::devices::virtio::{Interrupt, VirtioDevice};
-use crate::lifecycle::RunControl;
+use crate::lifecycle::{ResetPolicy, RunControl};
 use crate::loader::{self, CmdlineError, LoadInitramfsError, LoadKernelError};
-use crate::vmm::Vmm;
+use crate::migration::state::{save_vm, KvmStateError};
+use crate::reset::{PowerOnState, ResetWorker};
+use crate::vmm::{VcpuThreads, Vmm};
 use crate::vstate::memory::{create_guest_memory, MemoryError};
 use crate::vstate::vcpu::{ConfigureVcpuError, Vcpu};
 use crate::vstate::vm::{CreateVmError, Vm};
@@ -88,6 +93,8 @@ pub enum StartVmError {
     BootTables(#[source] WriteBootTablesError),
     #[error("configure vCPU")]
     Vcpu(#[source] ConfigureVcpuError),
+    #[error("save the power-on state of the interrupt controllers")]
+    PowerOnState(#[source] KvmStateError),
     #[error("start thread")]
     Thread(#[source] std::io::Error),
 }
@@ -113,34 +120,28 @@ pub(crate) struct Machine {
     pub virtio_slots: Vec<(u64, u32)>,
     pub vcpu_count: u8,
     console: Console,
+    /// For a reset in place: the VM's power-on state and what step 5 loads.
+    power_on_vm: Vec<u8>,
+    payload: PayloadConfig,
+    memory_size: u64,
 }
 
-/// Builds the VM described by `config` and starts its vCPUs.
+/// Builds the VM described by `config` and starts its vCPUs; the guest's reset requests and
+/// triple faults end the VM.
 pub fn build_and_boot(config: &VmConfig) -> Result<Vmm, StartVmError> {
-    let machine = build_machine(config)?;
-    let mem = &machine.mem;
-    let kernel =
-        loader::load_kernel(mem, &config.payload.kernel).map_err(StartVmError::LoadKernel)?;
-    let initramfs = match &config.payload.initramfs {
-        Some(path) => Some(
-            loader::load_initramfs(mem, path, config.memory.size, kernel.end)
-                .map_err(StartVmError::LoadInitramfs)?,
-        ),
-        None => None,
-    };
-    let cmdline = loader::build_cmdline(&config.payload.cmdline, &machine.virtio_slots)
-        .map_err(StartVmError::Cmdline)?;
-    let cmdline_size = loader::write_cmdline(mem, &cmdline).map_err(StartVmError::Cmdline)?;
-    write_zero_page(
-        mem,
-        config.memory.size,
-        kernel.bzimage_header,
-        cmdline_size,
-        initramfs,
-    )
-    .map_err(StartVmError::ZeroPage)?;
-    write_boot_tables(mem).map_err(StartVmError::BootTables)?;
+    build_and_boot_with(config, ResetPolicy::default())
+}
 
+/// [`build_and_boot`] with what the guest's reset requests and triple faults do.
+pub fn build_and_boot_with(config: &VmConfig, policy: ResetPolicy) -> Result<Vmm, StartVmError> {
+    let machine = build_machine(config)?;
+    machine.control.lock().policy = policy;
+    let entry = load_payload(
+        &machine.mem,
+        &config.payload,
+        config.memory.size,
+        &machine.virtio_slots,
+    )?;
     let vcpu_count = machine.vcpu_count;
     let vcpus = (0..vcpu_count)
         .map(|id| {
@@ -148,7 +149,7 @@ pub fn build_and_boot(config: &VmConfig) -> Result<Vmm, StartVmError> {
                 &machine.vm,
                 id,
                 vcpu_count,
-                kernel.entry,
+                entry,
                 machine.buses.clone(),
                 machine.control.clone(),
             )
@@ -158,12 +159,44 @@ pub fn build_and_boot(config: &VmConfig) -> Result<Vmm, StartVmError> {
     machine.start(vcpus)
 }
 
+/// Step 5: loads the kernel, initramfs and command line (with the virtio-mmio entries), writes
+/// the zero page and boot tables; returns the kernel's 64-bit entry.
+pub(crate) fn load_payload(
+    mem: &GuestMemoryMmap,
+    payload: &PayloadConfig,
+    memory_size: u64,
+    virtio_slots: &[(u64, u32)],
+) -> Result<u64, StartVmError> {
+    let kernel = loader::load_kernel(mem, &payload.kernel).map_err(StartVmError::LoadKernel)?;
+    let initramfs = match &payload.initramfs {
+        Some(path) => Some(
+            loader::load_initramfs(mem, path, memory_size, kernel.end)
+                .map_err(StartVmError::LoadInitramfs)?,
+        ),
+        None => None,
+    };
+    let cmdline =
+        loader::build_cmdline(&payload.cmdline, virtio_slots).map_err(StartVmError::Cmdline)?;
+    let cmdline_size = loader::write_cmdline(mem, &cmdline).map_err(StartVmError::Cmdline)?;
+    write_zero_page(
+        mem,
+        memory_size,
+        kernel.bzimage_header,
+        cmdline_size,
+        initramfs,
+    )
+    .map_err(StartVmError::ZeroPage)?;
+    write_boot_tables(mem).map_err(StartVmError::BootTables)?;
+    Ok(kernel.entry)
+}
+
 /// Steps 1 to 4: memory, the KVM VM, legacy and virtio devices on their buses.
 pub(crate) fn build_machine(config: &VmConfig) -> Result<Machine, StartVmError> {
     config.validate().map_err(StartVmError::Validate)?;
 
     let mem = create_guest_memory(config.memory.size).map_err(StartVmError::Memory)?;
     let vm = Vm::new(&mem).map_err(StartVmError::CreateVm)?;
+    let power_on_vm = save_vm(&vm.fd).map_err(StartVmError::PowerOnState)?;
     let vcpu_count = config.cpus.boot_vcpus;
     let control = Arc::new(RunControl::new(usize::from(vcpu_count)));
 
@@ -212,50 +245,77 @@ pub(crate) fn build_machine(config: &VmConfig) -> Result<Machine, StartVmError> 
         virtio_slots,
         vcpu_count,
         console,
+        power_on_vm,
+        payload: config.payload.clone(),
+        memory_size: config.memory.size,
     })
 }
 
 impl Machine {
-    /// Step 6: starts the console input and one thread per vCPU. The vCPUs run at once unless
-    /// a pause was requested on the machine's run control before (a paused migration source).
+    /// Step 6: starts the console input, one thread per vCPU and the reset thread. The vCPUs
+    /// run at once unless a pause was requested on the machine's run control before (a paused
+    /// migration source).
     pub(crate) fn start(self, vcpus: Vec<Vcpu>) -> Result<Vmm, StartVmError> {
         let serial = self.serial.clone();
         self.console
             .start_input(move |bytes| feed_input(&serial, bytes))
             .map_err(StartVmError::Thread)?;
-        let fds = vcpus.iter().map(|v| v.fd()).collect();
+        let fds: Vec<_> = vcpus.iter().map(|v| v.fd()).collect();
+        let power_on_vcpus = vcpus.iter().map(|v| v.power_on_state().to_vec()).collect();
         let devices = crate::vmm::Devices {
             serial: self.serial,
             i8042: self.i8042,
             virtio: self.virtio,
         };
-        let mut threads = Vec::with_capacity(vcpus.len());
+        let threads = Arc::new(VcpuThreads::default());
+        let vm = Arc::new(self.vm);
+        let mut vmm = Vmm::new(
+            self.control.clone(),
+            threads.clone(),
+            fds.clone(),
+            devices.clone(),
+            vm.clone(),
+            self.mem.clone(),
+        );
         for vcpu in vcpus {
             match vcpu.spawn() {
                 Ok(thread) => threads.push(thread),
                 Err(e) => {
                     self.control
                         .request_exit(crate::lifecycle::VmExit::Error(format!("start vCPU: {e}")));
-                    drop(Vmm::new(
-                        self.control,
-                        threads,
-                        fds,
-                        devices,
-                        self.vm,
-                        self.mem,
-                    ));
+                    drop(vmm);
                     return Err(StartVmError::Thread(e));
                 }
             }
         }
-        Ok(Vmm::new(
-            self.control,
+        let reset = ResetWorker {
+            control: self.control.clone(),
             threads,
-            fds,
+            vcpu_fds: fds,
+            vm,
+            mem: self.mem,
             devices,
-            self.vm,
-            self.mem,
-        ))
+            power_on: PowerOnState {
+                vm: self.power_on_vm,
+                vcpus: power_on_vcpus,
+                payload: self.payload,
+                memory_size: self.memory_size,
+                virtio_slots: self.virtio_slots,
+            },
+            migrating: vmm.migrating.clone(),
+        };
+        match reset.spawn() {
+            Ok(thread) => vmm.set_reset_thread(thread),
+            Err(e) => {
+                self.control
+                    .request_exit(crate::lifecycle::VmExit::Error(format!(
+                        "start the reset thread: {e}"
+                    )));
+                drop(vmm);
+                return Err(StartVmError::Thread(e));
+            }
+        }
+        Ok(vmm)
     }
 }
 

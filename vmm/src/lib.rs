@@ -1,8 +1,8 @@
 //! The Ferrovirt VMM: a microVM on KVM built from rust-vmm crates, and virt-launcher.
 //!
 //! One library, thin binaries on top. [`builder::build_and_boot`] turns a [`config::VmConfig`]
-//! into a running VM in one documented order; the returned [`vmm::Vmm`] pauses, resumes, shuts
-//! down and stops it and tells why it stopped ([`lifecycle::VmExit`]). [`capability::probe`] says
+//! into a running VM in one documented order; the returned [`vmm::Vmm`] pauses, resumes, resets
+//! in place ([`reset`]), shuts down and stops it and tells why it stopped ([`lifecycle::VmExit`]). [`capability::probe`] says
 //! whether this host's `/dev/kvm` can run a standard guest at all.
 //!
 //! Layout (Firecracker's): `arch/` (x86_64 boot state: page tables, GDT, CPUID, MSRs, zero
@@ -18,5 +18,6 @@ pub mod devices;
 pub mod lifecycle;
 pub mod loader;
 pub mod migration;
+pub mod reset;
 pub mod vmm;
 pub mod vstate;

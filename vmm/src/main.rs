@@ -5,7 +5,9 @@
 //! vmm --kernel guest.elf --memory 64 --serial file:/tmp/serial.log --disk disk.img
 //! ```
 //! Flags override or extend the config file. SIGTERM asks the guest to shut down (ctrl-alt-del
-//! through the i8042) and stops it after `--shutdown-grace` seconds; SIGINT stops it at once.
+//! through the i8042) and stops it after `--shutdown-grace` seconds; SIGINT stops it at once;
+//! SIGHUP resets the VM in place. `--on-reset restart` makes the guest's own resets and triple
+//! faults restart the VM in place too (the default, `exit`, ends it).
 //! The exit status says why the VM stopped: 0 guest power-off with code 0 or reset, the guest's
 //! code (mod 256) for a non-zero power-off code, 2 triple fault, 3 stopped by the host, 1 an
 //! error.
@@ -28,7 +30,7 @@ use std::time::Duration;
 use clap::Parser;
 use vmm::capability::{self, KvmCapability, NEEDS_HARDWARE_VIRT};
 use vmm::config::{ConsoleConfig, DiskConfig, NetConfig, RngConfig, VmConfig, VsockConfig};
-use vmm::lifecycle::VmExit;
+use vmm::lifecycle::{ResetPolicy, VmExit};
 use vmm::migration::{MigrationOptions, MigrationStats};
 
 #[derive(Parser, Debug)]
@@ -84,6 +86,10 @@ struct Args {
     /// Migration source: on SIGUSR1, migrate the VM to the target listening on this socket.
     #[arg(long)]
     migrate_to: Option<PathBuf>,
+    /// What the guest's reset requests and triple faults do: exit (end the VM) or restart (a
+    /// reset in place).
+    #[arg(long, value_parser = ["exit", "restart"], default_value = "exit")]
+    on_reset: String,
 }
 
 fn parse_console(spec: &str) -> Result<ConsoleConfig, String> {
@@ -165,11 +171,13 @@ fn build_config(args: &Args) -> Result<VmConfig, String> {
 static TERMINATE: AtomicBool = AtomicBool::new(false);
 static INTERRUPT: AtomicBool = AtomicBool::new(false);
 static MIGRATE: AtomicBool = AtomicBool::new(false);
+static RESET: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(signal: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
     match signal {
         libc::SIGTERM => TERMINATE.store(true, Ordering::SeqCst),
         libc::SIGUSR1 => MIGRATE.store(true, Ordering::SeqCst),
+        libc::SIGHUP => RESET.store(true, Ordering::SeqCst),
         _ => INTERRUPT.store(true, Ordering::SeqCst),
     }
 }
@@ -236,16 +244,20 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGUSR1] {
+    for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGUSR1, libc::SIGHUP] {
         if let Err(e) = vmm_sys_util::signal::register_signal_handler(signal, on_signal) {
             eprintln!("vmm: cannot handle signal {signal}: {e}");
         }
     }
+    let policy = match args.on_reset.as_str() {
+        "restart" => ResetPolicy::RESTART,
+        _ => ResetPolicy::default(),
+    };
     let started = match &args.incoming {
         Some(socket) => receive(&config, socket).inspect(|_| {
             eprintln!("vmm: VM received from {}", socket.display());
         }),
-        None => vmm::builder::build_and_boot(&config).map_err(|e| error_chain(&e)),
+        None => vmm::builder::build_and_boot_with(&config, policy).map_err(|e| error_chain(&e)),
     };
     let mut vm = match started {
         Ok(vm) => vm,
@@ -254,6 +266,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    vm.set_reset_policy(policy);
     let exit = loop {
         if let Some(exit) = vm.wait_timeout(Duration::from_millis(100)) {
             break exit;
@@ -281,6 +294,12 @@ fn main() -> ExitCode {
         }
         if INTERRUPT.load(Ordering::SeqCst) {
             break vm.stop();
+        }
+        if RESET.swap(false, Ordering::SeqCst) {
+            match vm.reset() {
+                Ok(()) => eprintln!("vmm: VM reset ({} so far)", vm.resets()),
+                Err(e) => eprintln!("vmm: reset: {e}"),
+            }
         }
         if TERMINATE.load(Ordering::SeqCst) {
             break vm.shutdown(Duration::from_secs(args.shutdown_grace));

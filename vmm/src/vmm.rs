@@ -7,6 +7,10 @@
 //! * [`Vmm::stop`] stops the vCPUs at once; [`Vmm::wait`] waits for the guest to stop by itself.
 //!   Both return the [`VmExit`]: the first reason recorded (guest power-off, reset, triple
 //!   fault, error, or [`VmExit::Stopped`] when the host stopped it).
+//! * [`Vmm::reset`] is a hardware reset in place (KubeVirt's `reset`): devices, interrupt
+//!   controllers and vCPUs back to their power-on state, the kernel reloaded, the same process
+//!   (see [`crate::reset`]). [`Vmm::set_reset_policy`] says whether the guest's own reset
+//!   requests and triple faults do the same or end the VM.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -20,12 +24,12 @@ use vmm_sys_util::signal::Killable;
 use crate::devices::legacy::i8042::I8042;
 use crate::devices::legacy::serial::SerialDevice;
 use crate::devices::virtio::mmio::MmioTransport;
-use crate::lifecycle::{Requested, RunControl, VmExit};
+use crate::lifecycle::{Requested, ResetPolicy, RunControl, VmExit};
 use crate::vstate::vcpu::{kick_signal, SharedVcpuFd};
 use crate::vstate::vm::Vm;
 
-/// How often a pending pause or stop re-kicks vCPUs that have not acknowledged it yet.
-const KICK_INTERVAL: Duration = Duration::from_millis(5);
+/// How often a pending pause, reset or stop re-kicks vCPUs that have not acknowledged it yet.
+pub(crate) const KICK_INTERVAL: Duration = Duration::from_millis(5);
 
 /// The VM's state as the host sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,33 +48,73 @@ pub enum LifecycleError {
     Migrating,
 }
 
-/// The devices whose state a migration carries.
+/// The devices whose state a migration carries (and a reset puts back).
+#[derive(Clone)]
 pub(crate) struct Devices {
     pub serial: Arc<Mutex<SerialDevice>>,
     pub i8042: Arc<Mutex<I8042>>,
     pub virtio: Vec<Arc<Mutex<MmioTransport>>>,
 }
 
+/// The vCPU threads, shared by the [`Vmm`] and its reset thread (which kicks them).
+#[derive(Default)]
+pub(crate) struct VcpuThreads(Mutex<Vec<JoinHandle<()>>>);
+
+impl VcpuThreads {
+    pub(crate) fn push(&self, thread: JoinHandle<()>) {
+        self.lock().push(thread);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<JoinHandle<()>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Interrupts every running vCPU's `KVM_RUN`.
+    pub(crate) fn kick(&self) {
+        for vcpu in self.lock().iter() {
+            if !vcpu.is_finished() {
+                if let Err(e) = vcpu.kill(kick_signal()) {
+                    warn!("kick vCPU thread: {e}");
+                }
+            }
+        }
+    }
+
+    fn all_finished(&self) -> bool {
+        self.lock().iter().all(|v| v.is_finished())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
+    fn take(&self) -> Vec<JoinHandle<()>> {
+        std::mem::take(&mut *self.lock())
+    }
+}
+
 /// A built, running VM.
 pub struct Vmm {
     pub(crate) control: Arc<RunControl>,
-    vcpus: Vec<JoinHandle<()>>,
+    vcpus: Arc<VcpuThreads>,
     pub(crate) vcpu_fds: Vec<SharedVcpuFd>,
     pub(crate) devices: Devices,
+    /// The thread that does resets in place; joined before the vCPU threads.
+    reset_thread: Option<JoinHandle<()>>,
     // Dropped after the vCPU threads have been joined (see Drop).
-    pub(crate) vm: Vm,
+    pub(crate) vm: Arc<Vm>,
     mem: GuestMemoryMmap,
-    /// A migration is under way: it alone pauses and resumes the vCPUs.
-    pub(crate) migrating: AtomicBool,
+    /// A migration is under way: it alone pauses and resumes the vCPUs (and a reset waits).
+    pub(crate) migrating: Arc<AtomicBool>,
 }
 
 impl Vmm {
     pub(crate) fn new(
         control: Arc<RunControl>,
-        vcpus: Vec<JoinHandle<()>>,
+        vcpus: Arc<VcpuThreads>,
         vcpu_fds: Vec<SharedVcpuFd>,
         devices: Devices,
-        vm: Vm,
+        vm: Arc<Vm>,
         mem: GuestMemoryMmap,
     ) -> Self {
         Vmm {
@@ -78,10 +122,16 @@ impl Vmm {
             vcpus,
             vcpu_fds,
             devices,
+            reset_thread: None,
             vm,
             mem,
-            migrating: AtomicBool::new(false),
+            migrating: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// Hands the reset thread to the VMM (it joins it when the VM stops).
+    pub(crate) fn set_reset_thread(&mut self, thread: JoinHandle<()>) {
+        self.reset_thread = Some(thread);
     }
 
     /// Guest memory (for inspection by tests and tools).
@@ -99,13 +149,7 @@ impl Vmm {
     }
 
     fn kick(&self) {
-        for vcpu in &self.vcpus {
-            if !vcpu.is_finished() {
-                if let Err(e) = vcpu.kill(kick_signal()) {
-                    warn!("kick vCPU thread: {e}");
-                }
-            }
-        }
+        self.vcpus.kick();
     }
 
     /// Parks every vCPU; returns when all are parked.
@@ -156,6 +200,41 @@ impl Vmm {
         drop(state);
         self.control.notify();
         Ok(())
+    }
+
+    /// Hardware reset in place: parks the vCPUs, puts devices, interrupt controllers and vCPUs
+    /// back to their power-on state, reloads the kernel, and lets the vCPUs run from the boot
+    /// entry (a paused VM stays paused). Returns once the reset is done.
+    pub fn reset(&self) -> Result<(), LifecycleError> {
+        if self.migrating.load(Ordering::SeqCst) {
+            return Err(LifecycleError::Migrating);
+        }
+        let mut state = self.control.lock();
+        if let Some(exit) = &state.exit {
+            return Err(LifecycleError::NotRunning(exit.clone()));
+        }
+        let done = state.resets + 1;
+        state.reset_pending = true;
+        self.control.notify();
+        loop {
+            if let Some(exit) = &state.exit {
+                return Err(LifecycleError::NotRunning(exit.clone()));
+            }
+            if state.resets >= done {
+                return Ok(());
+            }
+            state = self.control.wait(state);
+        }
+    }
+
+    /// How many resets in place (host or guest asked) the VM has done.
+    pub fn resets(&self) -> u64 {
+        self.control.lock().resets
+    }
+
+    /// What the guest's reset requests and triple faults do from now on.
+    pub fn set_reset_policy(&self, policy: ResetPolicy) {
+        self.control.lock().policy = policy;
     }
 
     /// Asks the guest to shut down (ctrl-alt-del on the i8042).
@@ -214,9 +293,15 @@ impl Vmm {
     }
 
     fn join_vcpus(&mut self) {
+        // The reset thread leaves once an exit is recorded (it only waits in bounded steps).
+        if let Some(thread) = self.reset_thread.take() {
+            if thread.join().is_err() {
+                warn!("the reset thread panicked");
+            }
+        }
         loop {
             let state = self.control.lock();
-            if state.live_vcpus == 0 || self.vcpus.iter().all(|v| v.is_finished()) {
+            if state.live_vcpus == 0 || self.vcpus.all_finished() {
                 break;
             }
             drop(state);
@@ -224,7 +309,7 @@ impl Vmm {
             let state = self.control.lock();
             drop(self.control.wait_timeout(state, KICK_INTERVAL));
         }
-        for vcpu in self.vcpus.drain(..) {
+        for vcpu in self.vcpus.take() {
             if vcpu.join().is_err() {
                 warn!("a vCPU thread panicked");
             }
@@ -234,7 +319,7 @@ impl Vmm {
 
 impl Drop for Vmm {
     fn drop(&mut self) {
-        if !self.vcpus.is_empty() {
+        if !self.vcpus.is_empty() || self.reset_thread.is_some() {
             self.stop();
         }
     }

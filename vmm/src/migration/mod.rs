@@ -223,7 +223,7 @@ fn show_ranges(ranges: &[(u64, u64)]) -> String {
 }
 
 /// An error and its sources on one line.
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
@@ -560,6 +560,8 @@ impl Vmm {
         if self.migrating.swap(true, Ordering::SeqCst) {
             return Err(SendError::AlreadyMigrating);
         }
+        // A reset in place that began before stays out of the copied state.
+        self.control.wait_for_reset();
         let was_paused = match self.state() {
             VmState::Stopped(exit) => {
                 self.migrating.store(false, Ordering::SeqCst);

@@ -20,6 +20,7 @@ use super::vm::Vm;
 use crate::arch::{cpuid, msr, regs};
 use crate::devices::bus::Bus;
 use crate::lifecycle::{Requested, RunControl, VmExit};
+use crate::migration::state::{save_vcpu, KvmStateError};
 
 const APIC_LVT0: usize = 0x350;
 const APIC_LVT1: usize = 0x360;
@@ -53,6 +54,8 @@ pub enum ConfigureVcpuError {
     GetLapic(#[source] kvm_ioctls::Error),
     #[error("set local APIC")]
     SetLapic(#[source] kvm_ioctls::Error),
+    #[error("save the power-on state")]
+    PowerOnState(#[source] KvmStateError),
 }
 
 /// A vCPU fd shared between its thread and the VMM.
@@ -67,6 +70,8 @@ pub fn lock_vcpu(fd: &SharedVcpuFd) -> MutexGuard<'_, VcpuFd> {
 pub struct Vcpu {
     pub id: u8,
     fd: SharedVcpuFd,
+    /// The vCPU's state as KVM created it (CPUID set, nothing else), for a reset in place.
+    power_on: Vec<u8>,
     pio: Arc<Bus>,
     mmio: Arc<Bus>,
     control: Arc<RunControl>,
@@ -88,7 +93,7 @@ impl Vcpu {
     }
 
     /// Creates vCPU `id` of `count` with its CPUID set and nothing else (a migration target then
-    /// sets the source's state).
+    /// sets the source's state), and saves that power-on state for a reset in place.
     pub fn create(
         vm: &Vm,
         id: u8,
@@ -107,9 +112,14 @@ impl Vcpu {
         cpuid::filter(&mut cpuid, id, count);
         fd.set_cpuid2(&cpuid)
             .map_err(ConfigureVcpuError::SetCpuid)?;
+        let power_on = vm
+            .msr_indices(&fd)
+            .and_then(|msrs| save_vcpu(&fd, usize::from(id), &msrs))
+            .map_err(ConfigureVcpuError::PowerOnState)?;
         Ok(Vcpu {
             id,
             fd: Arc::new(Mutex::new(fd)),
+            power_on,
             pio: buses.0,
             mmio: buses.1,
             control,
@@ -121,31 +131,13 @@ impl Vcpu {
         self.fd.clone()
     }
 
-    /// Boot MSRs, long mode, registers at `entry`, FPU, LAPIC LINT0/LINT1.
+    /// The state [`Vcpu::create`] saved (as [`save_vcpu`] writes it).
+    pub fn power_on_state(&self) -> &[u8] {
+        &self.power_on
+    }
+
     fn configure_boot(&self, entry: u64) -> Result<(), ConfigureVcpuError> {
-        let fd = lock_vcpu(&self.fd);
-        let msrs = msr::boot_msrs().map_err(ConfigureVcpuError::BuildMsrs)?;
-        let set = fd.set_msrs(&msrs).map_err(ConfigureVcpuError::SetMsrs)?;
-        if set != msrs.as_slice().len() {
-            return Err(ConfigureVcpuError::SetMsrsPartial {
-                set,
-                expected: msrs.as_slice().len(),
-            });
-        }
-
-        let mut sregs = fd.get_sregs().map_err(ConfigureVcpuError::GetSregs)?;
-        regs::long_mode_sregs(&mut sregs);
-        fd.set_sregs(&sregs).map_err(ConfigureVcpuError::SetSregs)?;
-        fd.set_regs(&regs::boot_regs(entry))
-            .map_err(ConfigureVcpuError::SetRegs)?;
-        fd.set_fpu(&regs::boot_fpu())
-            .map_err(ConfigureVcpuError::SetFpu)?;
-
-        let mut lapic = fd.get_lapic().map_err(ConfigureVcpuError::GetLapic)?;
-        set_lapic_reg(&mut lapic.regs, APIC_LVT0, APIC_MODE_EXTINT);
-        set_lapic_reg(&mut lapic.regs, APIC_LVT1, APIC_MODE_NMI);
-        fd.set_lapic(&lapic).map_err(ConfigureVcpuError::SetLapic)?;
-        Ok(())
+        configure_boot(&lock_vcpu(&self.fd), entry)
     }
 
     /// Starts the vCPU thread.
@@ -166,14 +158,15 @@ impl Vcpu {
         self.control.notify();
     }
 
-    /// Parks while paused; returns false once the VM is to stop.
+    /// Parks while paused or while a reset in place is pending; returns false once the VM is
+    /// to stop.
     fn wait_until_runnable(&self) -> bool {
         let mut state = self.control.lock();
         loop {
             match state.requested {
-                Requested::Run => return true,
+                Requested::Run if !state.reset_pending => return true,
                 Requested::Stop => return false,
-                Requested::Pause => {
+                Requested::Run | Requested::Pause => {
                     state.parked_vcpus += 1;
                     self.control.notify();
                     state = self.control.wait(state);
@@ -241,6 +234,33 @@ impl Vcpu {
             }
         }
     }
+}
+
+/// Sets a vCPU up for the 64-bit boot entry: boot MSRs, long mode, registers at `entry`, FPU,
+/// LAPIC LINT0/LINT1 (at boot and after a reset in place).
+pub fn configure_boot(fd: &VcpuFd, entry: u64) -> Result<(), ConfigureVcpuError> {
+    let msrs = msr::boot_msrs().map_err(ConfigureVcpuError::BuildMsrs)?;
+    let set = fd.set_msrs(&msrs).map_err(ConfigureVcpuError::SetMsrs)?;
+    if set != msrs.as_slice().len() {
+        return Err(ConfigureVcpuError::SetMsrsPartial {
+            set,
+            expected: msrs.as_slice().len(),
+        });
+    }
+
+    let mut sregs = fd.get_sregs().map_err(ConfigureVcpuError::GetSregs)?;
+    regs::long_mode_sregs(&mut sregs);
+    fd.set_sregs(&sregs).map_err(ConfigureVcpuError::SetSregs)?;
+    fd.set_regs(&regs::boot_regs(entry))
+        .map_err(ConfigureVcpuError::SetRegs)?;
+    fd.set_fpu(&regs::boot_fpu())
+        .map_err(ConfigureVcpuError::SetFpu)?;
+
+    let mut lapic = fd.get_lapic().map_err(ConfigureVcpuError::GetLapic)?;
+    set_lapic_reg(&mut lapic.regs, APIC_LVT0, APIC_MODE_EXTINT);
+    set_lapic_reg(&mut lapic.regs, APIC_LVT1, APIC_MODE_NMI);
+    fd.set_lapic(&lapic).map_err(ConfigureVcpuError::SetLapic)?;
+    Ok(())
 }
 
 fn internal_error_suberror(fd: &mut VcpuFd) -> u32 {

@@ -3,10 +3,12 @@
 
 use crate::vstate::memory::GuestMemoryMmap;
 use kvm_bindings::{kvm_pit_config, KVM_PIT_SPEAKER_DUMMY};
-use kvm_ioctls::{Kvm, VmFd};
+use kvm_ioctls::{Kvm, VcpuFd, VmFd};
+use std::sync::Mutex;
 
 use super::memory::{register_with_kvm, MemoryError};
 use crate::arch::KVM_TSS_ADDRESS;
+use crate::migration::state::{migratable_msrs, KvmStateError};
 
 /// Creating the VM failed.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +31,8 @@ pub enum CreateVmError {
 pub struct Vm {
     pub kvm: Kvm,
     pub fd: VmFd,
+    /// The MSRs a vCPU's saved state carries, probed on the first vCPU.
+    msr_indices: Mutex<Option<Vec<u32>>>,
 }
 
 impl Vm {
@@ -44,6 +48,22 @@ impl Vm {
             ..Default::default()
         };
         fd.create_pit2(pit).map_err(CreateVmError::CreatePit)?;
-        Ok(Vm { kvm, fd })
+        Ok(Vm {
+            kvm,
+            fd,
+            msr_indices: Mutex::new(None),
+        })
+    }
+
+    /// The MSRs a vCPU's saved state carries ([`migratable_msrs`]), probed on `vcpu` the first
+    /// time and the same for every vCPU of the VM.
+    pub fn msr_indices(&self, vcpu: &VcpuFd) -> Result<Vec<u32>, KvmStateError> {
+        let mut cached = self.msr_indices.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(indices) = cached.as_ref() {
+            return Ok(indices.clone());
+        }
+        let indices = migratable_msrs(&self.kvm, vcpu)?;
+        *cached = Some(indices.clone());
+        Ok(indices)
     }
 }

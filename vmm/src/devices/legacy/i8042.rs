@@ -80,6 +80,14 @@ impl I8042 {
         self.status = state.status;
     }
 
+    /// Back to the power-on state (a machine reset).
+    pub fn reset(&mut self) {
+        self.output.clear();
+        self.config = 0;
+        self.last_command = 0;
+        self.status = STATUS_SYSTEM_FLAG;
+    }
+
     fn push(&mut self, byte: u8) {
         if self.output.len() < BUFFER_LIMIT {
             self.output.push_back(byte);
@@ -168,5 +176,22 @@ mod tests {
         assert_eq!(control.exit(), None);
         dev.write(OFFSET_STATUS, &[CMD_RESET]);
         assert_eq!(control.exit(), Some(VmExit::Reset));
+    }
+
+    #[test]
+    fn the_reset_line_restarts_in_place_under_the_restart_policy() {
+        let control = Arc::new(RunControl::new(1));
+        control.lock().policy = crate::lifecycle::ResetPolicy::RESTART;
+        let mut dev = I8042::new(control.clone(), EventFd::new(libc::EFD_NONBLOCK).unwrap());
+        let power_on = dev.state();
+        dev.ctrl_alt_del();
+        dev.write(OFFSET_STATUS, &[CMD_WRITE_CONFIG]);
+        dev.write(OFFSET_DATA, &[0x45]);
+        dev.write(OFFSET_STATUS, &[CMD_RESET]);
+        assert_eq!(control.exit(), None);
+        assert!(control.lock().reset_pending);
+        assert_ne!(dev.state(), power_on);
+        dev.reset();
+        assert_eq!(dev.state(), power_on);
     }
 }

@@ -269,6 +269,12 @@ impl MmioTransport {
         !self.activated && self.status & STATUS_FEATURES_OK != 0
     }
 
+    /// A machine reset: the device is reset as by its driver (worker stopped, registers and
+    /// queues cleared), ready for the rebooted driver to set it up again.
+    pub fn hardware_reset(&mut self) {
+        self.reset();
+    }
+
     fn reset(&mut self) {
         if self.activated {
             self.device.reset();
