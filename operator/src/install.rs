@@ -27,6 +27,9 @@ pub const MANAGED_SELECTOR: &str = "app.kubernetes.io/managed-by=virt-operator";
 pub const CERTS_DIGEST_ANNOTATION: &str = "kubevirt.io/certificates-digest";
 /// The kubevirt.io CRD that ships with the operator, not with the install.
 pub const KUBEVIRT_CRD: &str = "kubevirts.kubevirt.io";
+/// The Secret with the token virt-api presented to virt-handler before mutual TLS; made while
+/// a pod template still mounts it.
+pub const HANDLER_TOKEN_SECRET: &str = "kubevirt-virt-handler-token";
 /// Names of the three workloads whose readiness makes the install Available.
 pub const DEPLOYMENTS: [&str; 2] = ["virt-api", "virt-controller"];
 pub const DAEMONSET: &str = "virt-handler";

@@ -195,6 +195,77 @@ async fn apply(client: &Client, object: &Value) -> Result<(), Error> {
     Ok(())
 }
 
+/// The kinds the operator installs, in the order to delete them.
+const PRUNED_KINDS: [&str; 14] = [
+    "ValidatingWebhookConfiguration",
+    "MutatingWebhookConfiguration",
+    "APIService",
+    "DaemonSet",
+    "Deployment",
+    "Service",
+    "ConfigMap",
+    "Secret",
+    "RoleBinding",
+    "ClusterRoleBinding",
+    "Role",
+    "ClusterRole",
+    "ServiceAccount",
+    "CustomResourceDefinition",
+];
+
+/// Deletes the objects with the operator's label that are not in `keep`: what an earlier
+/// version installed and this one does not (a Secret no component mounts any more). Only in the
+/// install's namespace, kube-system (virt-api's RoleBinding) and cluster-scoped (other tests
+/// and tools may use the same label in namespaces of their own); never the KubeVirt CRD.
+async fn prune(ctx: &Context, keep: &[Value]) -> Result<(), Error> {
+    let kept = |kind: &str, namespace: Option<&str>, name: &str| {
+        keep.iter().any(|o| {
+            o["kind"] == kind
+                && o["metadata"]["name"] == name
+                && o["metadata"]["namespace"].as_str() == namespace
+        })
+    };
+    let selector = ListParams::default().labels(install::MANAGED_SELECTOR);
+    for kind in PRUNED_KINDS {
+        let Some((resource, namespaced)) = api_resource(kind) else {
+            continue;
+        };
+        // The operator may list namespaced kinds in its namespace only (and RoleBindings in
+        // kube-system, where virt-api's is).
+        let mut scopes: Vec<Option<&str>> = vec![None];
+        if namespaced {
+            scopes = vec![Some(ctx.namespace.as_str())];
+            if kind == "RoleBinding" {
+                scopes.push(Some("kube-system"));
+            }
+        }
+        for scope in scopes {
+            let api: Api<DynamicObject> = match scope {
+                Some(ns) => Api::namespaced_with(ctx.client.clone(), ns, &resource),
+                None => Api::all_with(ctx.client.clone(), &resource),
+            };
+            let list = api.list_metadata(&selector).await.map_err(kube_error(
+                "listing",
+                kind,
+                scope.unwrap_or_default(),
+            ))?;
+            for object in list.items {
+                let name = object.metadata.name.clone().unwrap_or_default();
+                if name == install::KUBEVIRT_CRD || kept(kind, scope, &name) {
+                    continue;
+                }
+                log::info!("removing {kind} {name}: not part of this install");
+                let mut target = json!({"kind": kind, "metadata": {"name": name}});
+                if let Some(ns) = scope {
+                    target["metadata"]["namespace"] = json!(ns);
+                }
+                delete(&ctx.client, &target).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Deletes one object; gone already is fine.
 async fn delete(client: &Client, object: &Value) -> Result<(), Error> {
     let (api, name) = dynamic_api(client, object)?;
@@ -226,7 +297,7 @@ async fn existing_certs(
     for secret in &list.items {
         let name = secret.name_any();
         let stored = StoredSecret::from_secret(secret);
-        if name == crate::manifests::HANDLER_TOKEN_SECRET {
+        if name == install::HANDLER_TOKEN_SECRET {
             token = stored.data.get("token").cloned();
         } else if name.starts_with("kubevirt-") {
             found.insert(name, stored);
@@ -372,8 +443,22 @@ pub fn next_status(
         );
     } else {
         status.phase = Some(KubeVirtPhase::Deploying);
-        let reason = "DeploymentInProgress";
-        let message = format!("Deploying {target}");
+        // As KubeVirt words it: an update names where it comes from.
+        let previous = current
+            .observed_kube_virt_version
+            .as_ref()
+            .zip(current.observed_kube_virt_registry.as_ref())
+            .filter(|(version, _)| **version != cfg.image_tag);
+        let (reason, message) = match previous {
+            Some((version, registry)) => (
+                "UpdateInProgress",
+                format!(
+                    "Transitioning from previous version {version} with registry {registry} \
+                     to target {target}"
+                ),
+            ),
+            None => ("DeploymentInProgress", format!("Deploying {target}")),
+        };
         let available_message = if ready.available {
             "The previous version is serving while the new one rolls out."
         } else {
@@ -444,9 +529,11 @@ async fn deploy(kv: &KubeVirt, ctx: &Context) -> Result<Action, Error> {
     if plan.changed {
         log::info!("issuing certificates (digest {})", plan.digest());
     }
-    for object in install::desired(&cfg, &plan, &token)? {
-        apply(&ctx.client, &object).await?;
+    let objects = install::desired(&cfg, &plan, &token)?;
+    for object in &objects {
+        apply(&ctx.client, object).await?;
     }
+    prune(ctx, &objects).await?;
     let ready = readiness(ctx, &cfg).await?;
     let current = kv.status.clone().unwrap_or_default();
     let status = next_status(
@@ -583,6 +670,8 @@ async fn uninstall(kv: &KubeVirt, ctx: &Context) -> Result<Action, Error> {
     for object in &objects {
         delete(&ctx.client, object).await?;
     }
+    // And whatever an earlier version installed that this one does not.
+    prune(ctx, &[]).await?;
     // 3. The finalizer.
     let api: Api<KubeVirt> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     let finalizers: Vec<String> = kv
@@ -764,6 +853,10 @@ mod tests {
             condition(&v1, "Available").last_transition_time
         );
         assert!(condition(&s, "Progressing").is_true());
+        assert_eq!(
+            condition(&s, "Progressing").reason.as_deref(),
+            Some("UpdateInProgress")
+        );
         assert_eq!(s.observed_kube_virt_version.as_deref(), Some("v1"));
         assert_eq!(s.target_kube_virt_version.as_deref(), Some("v2"));
         assert_eq!(s.operator_version.as_deref(), Some("v2"));
