@@ -6,6 +6,7 @@ mod common;
 
 use std::io::Read;
 use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -42,15 +43,21 @@ fn read_until<F: Fn(&str) -> bool>(stream: &mut UnixStream, what: &str, done: F)
     }
 }
 
-#[test]
-fn first_client_gets_everything_the_guest_printed_before_it_connected() {
-    let scratch = Scratch::new("console-late");
+/// Boots guest `name` with its serial port on a console socket in `scratch`.
+fn boot_on_socket(name: &str, scratch: &Scratch) -> (vmm::vmm::Vmm, PathBuf) {
     let socket = scratch.path("console.sock");
-    let mut cfg = config("serial", &scratch.path("unused.log"));
+    let mut cfg = config(name, &scratch.path("unused.log"));
     cfg.serial = ConsoleConfig::Socket {
         path: socket.clone(),
     };
-    let mut vm = vmm::builder::build_and_boot(&cfg).expect("build and boot the VM");
+    let vm = vmm::builder::build_and_boot(&cfg).expect("build and boot the VM");
+    (vm, socket)
+}
+
+#[test]
+fn first_client_gets_everything_the_guest_printed_before_it_connected() {
+    let scratch = Scratch::new("console-late");
+    let (mut vm, socket) = boot_on_socket("serial", &scratch);
     // The guest prints everything and powers off before anyone connects.
     let exit = match vm.wait_timeout(GUEST_DEADLINE) {
         Some(exit) => exit,
@@ -69,24 +76,10 @@ fn first_client_gets_everything_the_guest_printed_before_it_connected() {
     );
 }
 
-/// The counts the counter guest printed, from complete lines only.
-fn counts(text: &str) -> Vec<u64> {
-    text.lines()
-        .filter_map(|l| l.strip_prefix("COUNT "))
-        .filter(|n| n.len() == 8)
-        .filter_map(|n| u64::from_str_radix(n, 16).ok())
-        .collect()
-}
-
 #[test]
 fn a_client_that_reconnects_gets_what_was_printed_meanwhile() {
     let scratch = Scratch::new("console-reconnect");
-    let socket = scratch.path("console.sock");
-    let mut cfg = config("counter", &scratch.path("unused.log"));
-    cfg.serial = ConsoleConfig::Socket {
-        path: socket.clone(),
-    };
-    let mut vm = vmm::builder::build_and_boot(&cfg).expect("build and boot the VM");
+    let (mut vm, socket) = boot_on_socket("counter", &scratch);
 
     let mut first = UnixStream::connect(&socket).expect("connect to the console socket");
     let text = read_until(&mut first, "COUNT 00000005", |t| {

@@ -12,15 +12,6 @@ use vmm::capability::{self, KvmCapability, NEEDS_HARDWARE_VIRT};
 use vmm::lifecycle::VmExit;
 use vmm::vmm::{LifecycleError, VmState};
 
-/// The counts the counter guest printed, from complete lines only (8 hex digits).
-fn counts(log: &str) -> Vec<u64> {
-    log.lines()
-        .filter_map(|l| l.strip_prefix("COUNT "))
-        .filter(|n| n.len() == 8)
-        .filter_map(|n| u64::from_str_radix(n, 16).ok())
-        .collect()
-}
-
 fn last_count(log: &str) -> Option<u64> {
     counts(log).last().copied()
 }
@@ -190,21 +181,11 @@ fn hardware_virt_requirement_matches_the_probe() {
 fn standalone_command_shuts_down_gracefully_on_sigterm() {
     let scratch = Scratch::new("sigterm");
     let serial = scratch.path("serial.log");
-    let child = Command::new(env!("CARGO_BIN_EXE_vmm"))
-        .arg("--kernel")
-        .arg(guest("counter"))
-        .arg("--serial")
-        .arg(format!("file:{}", serial.display()))
-        .args(["--memory", "32"])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run vmm");
+    let child = spawn_vmm("counter", &serial, &[]);
     wait_for_serial(&serial, "COUNT 00000001", |log| {
         last_count(log).is_some_and(|n| n >= 1)
     });
-    // SAFETY: kill(2) on the child's pid, which has not been waited for yet.
-    let ret = unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    assert_eq!(ret, 0);
+    signal(&child, libc::SIGTERM);
     let out = child.wait_with_output().expect("wait for vmm");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");

@@ -14,15 +14,6 @@ use vmm::lifecycle::{ResetPolicy, VmExit};
 use vmm::migration::MigrationOptions;
 use vmm::vmm::{LifecycleError, VmState, Vmm};
 
-/// The counts the counter guest printed, from complete lines only (8 hex digits).
-fn counts(log: &str) -> Vec<u64> {
-    log.lines()
-        .filter_map(|l| l.strip_prefix("COUNT "))
-        .filter(|n| n.len() == 8)
-        .filter_map(|n| u64::from_str_radix(n, 16).ok())
-        .collect()
-}
-
 /// The log after the `n`th (1-based) `TEST counter start` line, if there is one.
 fn after_start(log: &str, n: usize) -> Option<&str> {
     log.match_indices("TEST counter start\n")
@@ -169,45 +160,26 @@ fn a_migrated_vm_resets_on_its_target() {
 fn standalone_command_restarts_on_a_triple_fault_and_resets_on_sighup() {
     let scratch = Scratch::new("reset-command");
     let serial = scratch.path("serial.log");
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_vmm"))
-        .arg("--kernel")
-        .arg(guest("fault"))
-        .arg("--serial")
-        .arg(format!("file:{}", serial.display()))
-        .args(["--memory", "32", "--on-reset", "restart"])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run vmm");
+    let child = spawn_vmm("fault", &serial, &["--on-reset", "restart"]);
     wait_for_serial(&serial, "two boots", |log| {
         log.matches("TEST fault start\n").count() >= 2
     });
-    // SAFETY: kill(2) on the child's pid, which has not been waited for yet.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    signal(&child, libc::SIGINT);
     let out = child.wait_with_output().expect("wait for vmm");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert!(stderr.contains("stopped by the host"), "{stderr}");
 
     let serial = scratch.path("counter.log");
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_vmm"))
-        .arg("--kernel")
-        .arg(guest("counter"))
-        .arg("--serial")
-        .arg(format!("file:{}", serial.display()))
-        .args(["--memory", "32"])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run vmm");
+    let child = spawn_vmm("counter", &serial, &[]);
     wait_for_serial(&serial, "COUNT 00000002", |log| {
         counts(log).last().is_some_and(|n| *n >= 2)
     });
-    // SAFETY: as above.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGHUP) }, 0);
+    signal(&child, libc::SIGHUP);
     wait_for_serial(&serial, "a second start", |log| {
         after_start(log, 2).is_some()
     });
-    // SAFETY: as above.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    signal(&child, libc::SIGTERM);
     let out = child.wait_with_output().expect("wait for vmm");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");

@@ -1,5 +1,6 @@
 //! Shared setup for the integration tests: locating `/dev/kvm` and the test guests (failing with
-//! what is missing and how to get it), a VM builder around the library, and serial-log helpers.
+//! what is missing and how to get it), a VM builder around the library, the standalone `vmm`
+//! command, and serial-log helpers.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -124,4 +125,35 @@ pub fn assert_lines(log: &str, expected: &[&str]) {
             "missing serial line {line:?}; log:\n{log}"
         );
     }
+}
+
+/// The counter guest's counts in `log`, from complete lines only (8 hex digits).
+pub fn counts(log: &str) -> Vec<u64> {
+    log.lines()
+        .filter_map(|l| l.strip_prefix("COUNT "))
+        .filter(|n| n.len() == 8)
+        .filter_map(|n| u64::from_str_radix(n, 16).ok())
+        .collect()
+}
+
+/// Starts the standalone `vmm` command on guest `name` with 32 MiB, its serial port logged to
+/// `serial`, `extra` arguments, and stderr captured.
+pub fn spawn_vmm(name: &str, serial: &Path, extra: &[&str]) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_vmm"))
+        .arg("--kernel")
+        .arg(guest(name))
+        .arg("--serial")
+        .arg(format!("file:{}", serial.display()))
+        .args(["--memory", "32"])
+        .args(extra)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run vmm")
+}
+
+/// Sends `signal` to the `vmm` command `child`.
+pub fn signal(child: &std::process::Child, signal: libc::c_int) {
+    // SAFETY: kill(2) on the child's pid, which has not been waited for yet.
+    let ret = unsafe { libc::kill(child.id() as i32, signal) };
+    assert_eq!(ret, 0, "kill: {}", std::io::Error::last_os_error());
 }
