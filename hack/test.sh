@@ -3,8 +3,11 @@
 #   1. the Debian packages and the guest images (cached under /var/cache/ferrovirt);
 #   2. the KVM test guests on QEMU TCG, then format and lint checks;
 #   3. the local cluster with Ferrovirt installed and a VM running (hack/up.sh);
-#   4. cargo test for the whole workspace: unit, integration and end-to-end tests;
-#   5. the local cluster's own checks (tests/cluster/test.sh, which ends with down and up).
+#   4. cargo test for the whole workspace: unit, integration and end-to-end tests, but for the
+#      operator's package;
+#   5. the operator's tests alone (they uninstall, reinstall and upgrade Ferrovirt, so nothing
+#      else may run beside them; they end with Ferrovirt installed as hack/up.sh leaves it);
+#   6. the local cluster's own checks (tests/cluster/test.sh, which ends with down and up).
 # Usage: hack/test.sh            (as root)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,7 +36,10 @@ hack/up.sh
 step "cargo test"
 # Some integration tests run other packages' binaries (virt-api's cluster test runs virtctl).
 cargo build --workspace --bins --locked
-cargo test --workspace --locked --no-fail-fast
+cargo test --workspace --locked --no-fail-fast --exclude operator
+
+step "virt-operator: install, keep in shape, uninstall, reinstall, upgrade (alone)"
+cargo test -p operator --locked --no-fail-fast
 
 step "local cluster checks"
 tests/cluster/test.sh
