@@ -139,9 +139,9 @@ pub struct Run {
     pub handler_cert_dir: PathBuf,
     /// The APIService of an installed virt-api, put back when the test ends.
     installed_api_service: Option<Value>,
-    /// Replicas of an installed virt-controller, scaled to 0 while the test's stand-in VMIs
-    /// exist (it would fail them: they have no launcher Pod) and scaled back after.
-    installed_controller_replicas: Option<String>,
+    /// Installed deployments (virt-operator, virt-controller) and their replicas, scaled to 0
+    /// while the test runs and scaled back after, in reverse order.
+    paused_deployments: Vec<(String, String)>,
 }
 
 fn free_port() -> u16 {
@@ -154,6 +154,53 @@ fn free_port() -> u16 {
 fn openssl(args: &[&str]) {
     let out = run_command(Command::new("openssl").args(args), None);
     assert!(out.ok, "openssl {args:?}: {}", out.stderr);
+}
+
+/// Scales the installed deployment `name` in `kubevirt` to 0 and waits for its Pods to go;
+/// returns its replicas, or `None` when it is not installed.
+fn pause_deployment(cluster: &Cluster, name: &str) -> Option<String> {
+    let replicas = cluster.kubectl(
+        &[
+            "-n",
+            "kubevirt",
+            "get",
+            "deployment",
+            name,
+            "-o",
+            "jsonpath={.spec.replicas}",
+        ],
+        None,
+    );
+    if !replicas.ok {
+        return None;
+    }
+    let out = cluster.kubectl(
+        &[
+            "-n",
+            "kubevirt",
+            "scale",
+            "deployment",
+            name,
+            "--replicas=0",
+        ],
+        None,
+    );
+    assert!(out.ok, "scaling the installed {name} to 0: {}", out.stderr);
+    let out = cluster.kubectl(
+        &[
+            "-n",
+            "kubevirt",
+            "wait",
+            "--for=delete",
+            "pod",
+            "-l",
+            &format!("kubevirt.io={name}"),
+            "--timeout=90s",
+        ],
+        None,
+    );
+    assert!(out.ok, "the installed {name} did not stop: {}", out.stderr);
+    Some(replicas.stdout.trim().to_string())
 }
 
 impl Run {
@@ -187,56 +234,13 @@ impl Run {
             }
         }
 
-        // An installed virt-controller would fail the stand-in VMIs (no launcher Pods): pause it.
-        let replicas = cluster.kubectl(
-            &[
-                "-n",
-                "kubevirt",
-                "get",
-                "deployment",
-                "virt-controller",
-                "-o",
-                "jsonpath={.spec.replicas}",
-            ],
-            None,
-        );
-        let installed_controller_replicas = replicas.ok.then(|| replicas.stdout.trim().to_string());
-        if installed_controller_replicas.is_some() {
-            let out = cluster.kubectl(
-                &[
-                    "-n",
-                    "kubevirt",
-                    "scale",
-                    "deployment",
-                    "virt-controller",
-                    "--replicas=0",
-                ],
-                None,
-            );
-            assert!(
-                out.ok,
-                "scaling the installed virt-controller to 0: {}",
-                out.stderr
-            );
-            let out = cluster.kubectl(
-                &[
-                    "-n",
-                    "kubevirt",
-                    "wait",
-                    "--for=delete",
-                    "pod",
-                    "-l",
-                    "kubevirt.io=virt-controller",
-                    "--timeout=90s",
-                ],
-                None,
-            );
-            assert!(
-                out.ok,
-                "the installed virt-controller did not stop: {}",
-                out.stderr
-            );
-        }
+        // An installed virt-operator would put its APIService back and restart what is paused
+        // here; an installed virt-controller would fail the stand-in VMIs (no launcher Pods).
+        // Both are paused (the operator first) and scaled back when the test ends.
+        let paused_deployments = ["virt-operator", "virt-controller"]
+            .into_iter()
+            .filter_map(|name| pause_deployment(cluster, name).map(|r| (name.to_string(), r)))
+            .collect();
 
         // The kubevirt.io CRDs.
         let crds = api::crd::to_yaml().expect("CRD YAML");
@@ -431,7 +435,7 @@ impl Run {
             handler_port,
             handler_cert_dir,
             installed_api_service,
-            installed_controller_replicas,
+            paused_deployments,
         };
         run.wait_healthy();
         run.register(&host_ip);
@@ -671,16 +675,6 @@ impl Drop for Run {
             "namespace",
             &self.namespace,
         ]);
-        if let Some(replicas) = &self.installed_controller_replicas {
-            k(&[
-                "-n",
-                "kubevirt",
-                "scale",
-                "deployment",
-                "virt-controller",
-                &format!("--replicas={replicas}"),
-            ]);
-        }
         if let Some(installed) = &self.installed_api_service {
             let text = serde_json::to_vec(installed).unwrap_or_default();
             run_command(
@@ -690,6 +684,16 @@ impl Drop for Run {
                     .args(["create", "-f", "-"]),
                 Some(&text),
             );
+        }
+        for (name, replicas) in self.paused_deployments.iter().rev() {
+            k(&[
+                "-n",
+                "kubevirt",
+                "scale",
+                "deployment",
+                name,
+                &format!("--replicas={replicas}"),
+            ]);
         }
         let _ = self.virt_api.kill();
         let _ = self.virt_api.wait();
