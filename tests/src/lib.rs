@@ -4,6 +4,8 @@
 //! on conditions with deadlines, and the guest's serial console read from its node.
 #![forbid(unsafe_code)]
 
+pub mod pty;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -201,4 +203,62 @@ pub fn kill_launcher(uid: &str) {
             .unwrap_or_else(|e| panic!("running kill: {e}"));
         assert!(status.success(), "kill -KILL {pid} failed");
     }
+}
+
+/// What a command printed and how it exited.
+#[derive(Debug)]
+pub struct CommandOutput {
+    /// The exit code (`None`: killed by a signal).
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// virtctl as `cargo build -p virtctl` builds it, beside the test binaries (`target/debug/`).
+/// Panics with the command to run when it is missing.
+pub fn virtctl_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test executable's path");
+    let virtctl = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|d| d.join("virtctl"))
+        .expect("the target directory");
+    assert!(
+        virtctl.exists(),
+        "{} is missing: build it with `cargo build -p virtctl`",
+        virtctl.display()
+    );
+    virtctl
+}
+
+/// The arguments that point virtctl at the local cluster and `namespace`.
+pub fn virtctl_args<'a>(namespace: &'a str, args: &[&'a str]) -> Vec<&'a str> {
+    let mut all = vec!["--kubeconfig", KUBECONFIG, "-n", namespace];
+    all.extend_from_slice(args);
+    all
+}
+
+fn run(program: &Path, args: &[&str]) -> CommandOutput {
+    let output = std::process::Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", program.display()));
+    CommandOutput {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// Runs virtctl with the local cluster's kubeconfig in `namespace`.
+pub fn virtctl(namespace: &str, args: &[&str]) -> CommandOutput {
+    run(&virtctl_binary(), &virtctl_args(namespace, args))
+}
+
+/// Runs kubectl with the local cluster's kubeconfig in `namespace`.
+pub fn kubectl(namespace: &str, args: &[&str]) -> CommandOutput {
+    let mut all = vec!["--kubeconfig", KUBECONFIG, "-n", namespace];
+    all.extend_from_slice(args);
+    run(Path::new("kubectl"), &all)
 }

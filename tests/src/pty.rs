@@ -1,0 +1,183 @@
+//! A program run on a pseudo-terminal, as a user at a terminal runs it: its stdin, stdout and
+//! stderr are the pty's terminal side (so `tcgetattr` and raw mode work), and the test reads
+//! what it prints from the other side and types into it.
+//!
+//! A thread copies everything the program prints into a buffer; [`PtyProgram::expect`] waits
+//! for a string to appear after what earlier expectations consumed, and a failure shows the
+//! whole output seen so far.
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rustix::fs::{Mode, OFlags};
+use rustix::pty::{grantpt, openpt, ptsname, unlockpt, OpenptFlags};
+
+/// A program on a pty; killed when dropped.
+pub struct PtyProgram {
+    child: Child,
+    input: File,
+    output: Arc<Mutex<Vec<u8>>>,
+    /// How much of `output` earlier expectations consumed.
+    consumed: usize,
+}
+
+impl PtyProgram {
+    /// Starts `program` with `args` on a new pty.
+    pub fn spawn<S: AsRef<OsStr>>(program: &std::path::Path, args: &[S]) -> PtyProgram {
+        let flags = OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC;
+        let controller = openpt(flags).unwrap_or_else(|e| panic!("opening /dev/ptmx: {e}"));
+        grantpt(&controller).unwrap_or_else(|e| panic!("grantpt: {e}"));
+        unlockpt(&controller).unwrap_or_else(|e| panic!("unlockpt: {e}"));
+        let name = ptsname(&controller, Vec::new()).unwrap_or_else(|e| panic!("ptsname: {e}"));
+        let terminal = rustix::fs::open(
+            name.as_c_str(),
+            OFlags::RDWR | OFlags::NOCTTY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .unwrap_or_else(|e| panic!("opening {name:?}: {e}"));
+        let stdio = || {
+            Stdio::from(
+                terminal
+                    .try_clone()
+                    .unwrap_or_else(|e| panic!("duplicating the pty: {e}")),
+            )
+        };
+        let child = Command::new(program)
+            .args(args)
+            .stdin(stdio())
+            .stdout(stdio())
+            .stderr(stdio())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", program.display()));
+        // Only the child holds the terminal side now: reads end (EIO) when it exits.
+        drop(terminal);
+        let controller = File::from(controller);
+        let mut reader = controller
+            .try_clone()
+            .unwrap_or_else(|e| panic!("duplicating the pty: {e}"));
+        let output = Arc::new(Mutex::new(Vec::new()));
+        let sink = output.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                if let Ok(mut out) = sink.lock() {
+                    out.extend_from_slice(&buf[..n]);
+                }
+            }
+        });
+        PtyProgram {
+            child,
+            input: controller,
+            output,
+            consumed: 0,
+        }
+    }
+
+    /// Everything the program printed so far.
+    pub fn output(&self) -> String {
+        let out = self.output.lock().map(|o| o.clone()).unwrap_or_default();
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    /// Waits up to `timeout` for `needle` to appear after what earlier expectations consumed;
+    /// on success consumes up to its end and returns the text up to there. The error says
+    /// what was expected and shows the whole output.
+    pub fn expect(&mut self, needle: &str, timeout: Duration) -> Result<String, String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let found = {
+                let out = self.output.lock().map(|o| o.clone()).unwrap_or_default();
+                find(&out[self.consumed.min(out.len())..], needle.as_bytes()).map(|at| {
+                    let end = self.consumed + at + needle.len();
+                    let text = String::from_utf8_lossy(&out[self.consumed..end]).into_owned();
+                    (end, text)
+                })
+            };
+            if let Some((end, text)) = found {
+                self.consumed = end;
+                return Ok(text);
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "expected {needle:?} within {timeout:?}; the terminal showed:\n{}",
+                    self.output()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Marks everything printed so far as seen.
+    pub fn skip_output(&mut self) {
+        self.consumed = self.output.lock().map(|o| o.len()).unwrap_or(0);
+    }
+
+    /// Types `bytes`.
+    pub fn send(&mut self, bytes: &[u8]) {
+        self.input
+            .write_all(bytes)
+            .unwrap_or_else(|e| panic!("typing into the pty: {e}"));
+    }
+
+    /// Waits up to `timeout` for the program to exit.
+    pub fn wait(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for PtyProgram {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() {
+        return Some(0);
+    }
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_program_on_the_pty_sees_a_terminal_and_echoes_input() {
+        // `stty -echo` fails unless stdin is a terminal; `cat` then echoes only what it reads.
+        let mut program = PtyProgram::spawn(
+            std::path::Path::new("/bin/sh"),
+            &["-c", "stty -echo && echo ready && head -n 1"],
+        );
+        program
+            .expect("ready", Duration::from_secs(10))
+            .expect("stty succeeded on the pty");
+        program.send(b"typed-line\n");
+        program
+            .expect("typed-line", Duration::from_secs(10))
+            .expect("head echoed the line");
+        let status = program.wait(Duration::from_secs(10)).expect("sh exited");
+        assert!(status.success());
+        let missing = program.expect("never printed", Duration::from_millis(200));
+        assert!(missing
+            .expect_err("not printed")
+            .contains("the terminal showed:"));
+    }
+}

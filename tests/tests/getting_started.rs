@@ -1,0 +1,422 @@
+//! KubeVirt's getting-started flow on the local cluster, typed as a user types it: the real
+//! `virtctl` binary with the cluster's kubeconfig, and `kubectl`.
+//!
+//! A VirtualMachine made from `examples/vm-cirros.yaml` (its own name, `runStrategy: Halted`)
+//! in a namespace of its own; then `virtctl start`, the VMI Running (also in `kubectl get
+//! vmis`), `virtctl console` on a pseudo-terminal: the guest's login prompt, a login as
+//! `cirros`, a command whose output only the guest's shell can print, Ctrl+] to leave;
+//! `virtctl pause vmi` (Paused condition) and `unpause` (the console answers again),
+//! `virtctl restart` (a new VMI that runs), `virtctl stop` (no VMI, the VM Stopped). And what
+//! virtctl says, with which exit code, for a VM that does not exist, for `guestosinfo` and
+//! `softreboot` without a guest agent, for `stop --grace-period` without `--force`; `virtctl
+//! version` and virt-api's `healthz` through kube-apiserver; `virtctl stop --force
+//! --grace-period 0` of a started VM.
+
+use std::time::Duration;
+
+use api::{VirtualMachine, VirtualMachineInstance, VmiPhase};
+use ferrovirt_tests::pty::PtyProgram;
+use ferrovirt_tests::{
+    client, kubectl, virtctl, virtctl_args, virtctl_binary, wait_for, CommandOutput, TestNamespace,
+    GUEST_READY_MARKER,
+};
+use kube::api::PostParams;
+use kube::Api;
+
+const VM: &str = "getting-started";
+/// Starting a VMI (image pull, launcher, QEMU TCG boot) on a loaded 2-core machine.
+const START: Duration = Duration::from_secs(300);
+/// The guest's accounts (guest-images/README.md: cirros's user and password).
+const USER: &str = "cirros";
+const PASSWORD: &str = "gocubsgo";
+
+/// `examples/vm-cirros.yaml` with its own name and `runStrategy: Halted`.
+fn getting_started_vm() -> VirtualMachine {
+    let text = include_str!("../../examples/vm-cirros.yaml");
+    let mut vm: serde_json::Value = serde_yaml::from_str(text).expect("examples/vm-cirros.yaml");
+    vm["metadata"]["name"] = VM.into();
+    vm["metadata"]["labels"]["kubevirt.io/vm"] = VM.into();
+    vm["spec"]["template"]["metadata"]["labels"]["kubevirt.io/vm"] = VM.into();
+    vm["spec"]["runStrategy"] = "Halted".into();
+    serde_json::from_value(vm).expect("a VirtualMachine")
+}
+
+fn assert_success(what: &str, out: &CommandOutput, stdout: &str) {
+    assert_eq!(
+        out.code,
+        Some(0),
+        "{what}: expected exit code 0; stdout: {}; stderr: {}",
+        out.stdout,
+        out.stderr
+    );
+    assert_eq!(out.stdout.trim(), stdout, "{what}: stderr: {}", out.stderr);
+}
+
+async fn running_vmi(
+    vmis: &Api<VirtualMachineInstance>,
+    other_than: Option<&str>,
+) -> VirtualMachineInstance {
+    wait_for(
+        &format!("VMI {VM} Running (a UID other than {other_than:?})"),
+        START,
+        || async {
+            let vmi = vmis.get_opt(VM).await.ok()??;
+            let new = vmi.metadata.uid.as_deref() != other_than;
+            (new && vmi.status.as_ref()?.phase? == VmiPhase::Running).then_some(vmi)
+        },
+    )
+    .await
+}
+
+async fn paused_condition(vmis: &Api<VirtualMachineInstance>, paused: bool) {
+    wait_for(
+        &format!("VMI {VM} with Paused condition {paused}"),
+        Duration::from_secs(60),
+        || async {
+            let vmi = vmis.get_opt(VM).await.ok()??;
+            let is_paused = vmi
+                .status?
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Paused" && c.status == "True");
+            (is_paused == paused).then_some(())
+        },
+    )
+    .await
+}
+
+async fn vm_printable_status(vms: &Api<VirtualMachine>, want: &str) {
+    wait_for(
+        &format!("VM {VM} printableStatus {want}"),
+        START,
+        || async {
+            let vm = vms.get(VM).await.ok()?;
+            (vm.status?.printable_status.as_deref() == Some(want)).then_some(())
+        },
+    )
+    .await
+}
+
+/// What a user sees: `kubectl get vmis` lists the VMI with phase Running.
+fn kubectl_shows_running(namespace: &str) {
+    let out = kubectl(namespace, &["get", "vmis"]);
+    assert_eq!(out.code, Some(0), "kubectl get vmis: {}", out.stderr);
+    let row = out
+        .stdout
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(VM))
+        .unwrap_or_else(|| panic!("kubectl get vmis does not list {VM}:\n{}", out.stdout));
+    assert!(
+        row.split_whitespace().any(|w| w == "Running"),
+        "kubectl get vmis: expected {VM} Running:\n{}",
+        out.stdout
+    );
+}
+
+/// A user's session on the VMI's serial console; returns the error with everything the
+/// terminal showed.
+struct ConsoleSession {
+    virtctl: PtyProgram,
+}
+
+impl ConsoleSession {
+    fn open(namespace: &str) -> Result<ConsoleSession, String> {
+        let args = virtctl_args(namespace, &["console", VM]);
+        let mut virtctl = PtyProgram::spawn(&virtctl_binary(), &args);
+        virtctl
+            .expect("The escape sequence is ^]", Duration::from_secs(120))
+            .map_err(|e| format!("virtctl console did not connect: {e}"))?;
+        // The console's backlog arrives first and raw mode goes on: let both settle.
+        std::thread::sleep(Duration::from_secs(2));
+        Ok(ConsoleSession { virtctl })
+    }
+
+    /// Presses Enter until `prompt` comes back (the guest may still be booting).
+    fn prompt(&mut self, prompt: &str, within: Duration) -> Result<(), String> {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            self.virtctl.skip_output();
+            self.virtctl.send(b"\r");
+            match self.virtctl.expect(prompt, Duration::from_secs(10)) {
+                Ok(_) => return Ok(()),
+                Err(e) if std::time::Instant::now() >= deadline => {
+                    return Err(format!("the guest did not show {prompt:?}: {e}"))
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
+    fn login(&mut self) -> Result<(), String> {
+        self.prompt("login: ", START)?;
+        // Let the Enter presses of a slow boot drain before the user name goes in.
+        std::thread::sleep(Duration::from_secs(1));
+        self.virtctl.skip_output();
+        self.virtctl.send(format!("{USER}\r").as_bytes());
+        self.virtctl
+            .expect("Password: ", Duration::from_secs(60))
+            .map_err(|e| format!("no password prompt after the user name: {e}"))?;
+        self.virtctl.send(format!("{PASSWORD}\r").as_bytes());
+        self.virtctl
+            .expect("$ ", Duration::from_secs(90))
+            .map_err(|e| format!("no shell prompt after logging in as {USER}: {e}"))?;
+        Ok(())
+    }
+
+    /// Types `command` and waits for `output` (which the typed line itself must not contain).
+    fn run(&mut self, command: &str, output: &str) -> Result<(), String> {
+        assert!(!command.contains(output), "the echo alone would match");
+        self.virtctl.send(format!("{command}\r").as_bytes());
+        self.virtctl
+            .expect(output, Duration::from_secs(60))
+            .map_err(|e| format!("`{command}` in the guest: {e}"))?;
+        Ok(())
+    }
+
+    /// Ctrl+]: virtctl must end with exit code 0.
+    fn escape(mut self) -> Result<String, String> {
+        self.virtctl.send(&[0x1d]);
+        match self.virtctl.wait(Duration::from_secs(15)) {
+            Some(status) if status.success() => Ok(self.virtctl.output()),
+            Some(status) => Err(format!(
+                "virtctl console ended with {status} after Ctrl+]; the terminal showed:\n{}",
+                self.virtctl.output()
+            )),
+            None => Err(format!(
+                "virtctl console still runs 15 s after Ctrl+]; the terminal showed:\n{}",
+                self.virtctl.output()
+            )),
+        }
+    }
+}
+
+/// First session: log in and run a command.
+fn first_console_session(namespace: &str) -> Result<String, String> {
+    let mut console = ConsoleSession::open(namespace)?;
+    console.login()?;
+    console.run("echo ferrovirt-$((6*7)) $(id -un)", "ferrovirt-42 cirros")?;
+    console.escape()
+}
+
+/// A later session: the login shell from before is still there.
+fn second_console_session(namespace: &str) -> Result<String, String> {
+    let mut console = ConsoleSession::open(namespace)?;
+    console.prompt("$ ", Duration::from_secs(60))?;
+    console.run("echo unpaused-$((5+5))", "unpaused-10")?;
+    console.escape()
+}
+
+async fn console(namespace: &str, session: fn(&str) -> Result<String, String>) -> String {
+    let namespace = namespace.to_string();
+    tokio::task::spawn_blocking(move || session(&namespace))
+        .await
+        .expect("the console session thread")
+        .unwrap_or_else(|e| panic!("virtctl console: {e}"))
+}
+
+/// What a session showed after the guest's boot log (the console's backlog replays it).
+fn after_boot(transcript: &str) -> &str {
+    transcript
+        .rsplit_once(GUEST_READY_MARKER)
+        .map_or(transcript, |(_, after)| after)
+}
+
+/// As KubeVirt's virtctl: exit code 1 and `Error <verb>ing VirtualMachine <server message>`.
+fn missing_vm_is_reported(namespace: &str) {
+    for (args, prefix) in [
+        (vec!["start", "no-such-vm"], "Error starting VirtualMachine"),
+        (vec!["stop", "no-such-vm"], "Error stopping VirtualMachine"),
+        (
+            vec!["restart", "no-such-vm"],
+            "Error restarting VirtualMachine",
+        ),
+    ] {
+        let out = virtctl(namespace, &args);
+        assert_eq!(
+            out.code,
+            Some(1),
+            "virtctl {args:?} for a missing VM: expected exit code 1; stdout: {}; stderr: {}",
+            out.stdout,
+            out.stderr
+        );
+        assert!(
+            out.stderr.starts_with(prefix) && out.stderr.contains("\"no-such-vm\" not found"),
+            "virtctl {args:?}: expected `{prefix} ... \"no-such-vm\" not found`, got: {}",
+            out.stderr
+        );
+        assert!(out.stdout.is_empty(), "nothing on stdout: {}", out.stdout);
+    }
+    let out = virtctl(namespace, &["pause", "vmi", "no-such-vm"]);
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(
+        out.stderr
+            .starts_with("Error pausing VirtualMachineInstance no-such-vm:")
+            && out.stderr.contains("not found"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// What needs a running VMI but changes nothing: the guest-agent subresources are refused
+/// clearly, usage errors are caught before any call, version and healthz answer.
+fn the_other_commands(namespace: &str) {
+    let out = virtctl(namespace, &["guestosinfo", VM]);
+    assert_eq!(
+        out.code,
+        Some(1),
+        "guestosinfo without a guest agent: {out:?}"
+    );
+    assert!(
+        out.stderr
+            .contains("VMI does not have guest agent connected"),
+        "guestosinfo: expected KubeVirt's `VMI does not have guest agent connected`, got: {}",
+        out.stderr
+    );
+    let out = virtctl(namespace, &["softreboot", VM]);
+    assert_eq!(
+        out.code,
+        Some(1),
+        "softreboot without a guest agent: {out:?}"
+    );
+    assert!(
+        out.stderr
+            .starts_with(&format!("Error softrebooting VirtualMachineInstance {VM}:"))
+            && out.stderr.contains("softreboot is not supported"),
+        "softreboot: {}",
+        out.stderr
+    );
+    let out = virtctl(namespace, &["stop", VM, "--grace-period", "5"]);
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert_eq!(
+        out.stderr.trim(),
+        "Can not set gracePeriod without --force=true"
+    );
+    let out = virtctl(namespace, &["stop", VM, "--force"]);
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert_eq!(out.stderr.trim(), "Can not force stop without gracePeriod");
+
+    let out = virtctl(namespace, &["version"]);
+    assert_eq!(out.code, Some(0), "virtctl version: {out:?}");
+    assert!(
+        out.stdout
+            .contains("Client Version: version.Info{GitVersion:\"v")
+            && out
+                .stdout
+                .contains("Server Version: version.Info{GitVersion:\"v"),
+        "virtctl version: {}",
+        out.stdout
+    );
+    let out = kubectl(
+        namespace,
+        &["get", "--raw", "/apis/subresources.kubevirt.io/v1/healthz"],
+    );
+    assert_eq!(out.code, Some(0), "healthz through kube-apiserver: {out:?}");
+    assert_eq!(out.stdout.trim(), "ok");
+}
+
+#[tokio::test]
+async fn getting_started_with_virtctl() {
+    let client = client().await;
+    let namespace = TestNamespace::create(&client, "e2e-getting-started").await;
+    let ns = namespace.name.as_str();
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), ns);
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), ns);
+    // Fails here with what to run when virtctl is not built.
+    virtctl_binary();
+
+    vms.create(&PostParams::default(), &getting_started_vm())
+        .await
+        .expect("VM created");
+    vm_printable_status(&vms, "Stopped").await;
+    assert!(
+        vmis.get_opt(VM).await.expect("get VMI").is_none(),
+        "a Halted VM has no VMI"
+    );
+    missing_vm_is_reported(ns);
+
+    // virtctl start: the VMI runs.
+    let out = virtctl(ns, &["start", VM]);
+    assert_success(
+        "virtctl start",
+        &out,
+        &format!("VM {VM} was scheduled to start"),
+    );
+    let first = running_vmi(&vmis, None).await;
+    kubectl_shows_running(ns);
+    the_other_commands(ns);
+
+    // virtctl console: the guest's login prompt, a login, a command, Ctrl+].
+    let transcript = console(ns, first_console_session).await;
+    println!("first console session:\n{}", after_boot(&transcript));
+    assert!(transcript.contains("login: "), "{transcript}");
+
+    // virtctl pause vmi / unpause vmi.
+    let out = virtctl(ns, &["pause", "vmi", VM]);
+    assert_success(
+        "virtctl pause",
+        &out,
+        &format!("VMI {VM} was scheduled to pause"),
+    );
+    paused_condition(&vmis, true).await;
+    vm_printable_status(&vms, "Paused").await;
+    let out = virtctl(ns, &["unpause", "vmi", VM]);
+    assert_success(
+        "virtctl unpause",
+        &out,
+        &format!("VMI {VM} was scheduled to unpause"),
+    );
+    paused_condition(&vmis, false).await;
+    // The guest runs again: the shell of the first session answers a new console.
+    let transcript = console(ns, second_console_session).await;
+    println!(
+        "console session after unpause:\n{}",
+        after_boot(&transcript)
+    );
+
+    // virtctl restart: a new VMI that runs.
+    let out = virtctl(ns, &["restart", VM]);
+    assert_success(
+        "virtctl restart",
+        &out,
+        &format!("VM {VM} was scheduled to restart"),
+    );
+    let old_uid = first.metadata.uid.as_deref().expect("a VMI UID");
+    let second = running_vmi(&vmis, Some(old_uid)).await;
+    assert_ne!(second.metadata.uid.as_deref(), Some(old_uid));
+    kubectl_shows_running(ns);
+
+    // virtctl stop: the VMI goes, the VM is Stopped and Halted.
+    let out = virtctl(ns, &["stop", VM]);
+    assert_success(
+        "virtctl stop",
+        &out,
+        &format!("VM {VM} was scheduled to stop"),
+    );
+    wait_for(&format!("VMI {VM} to be gone"), START, || async {
+        vmis.get_opt(VM).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    vm_printable_status(&vms, "Stopped").await;
+    let vm = vms.get(VM).await.expect("the VM");
+    assert_eq!(vm.spec.run_strategy.as_deref(), Some("Halted"));
+
+    // Started again, stopped at once: `--force --grace-period 0`.
+    let out = virtctl(ns, &["start", VM]);
+    assert_success(
+        "virtctl start",
+        &out,
+        &format!("VM {VM} was scheduled to start"),
+    );
+    running_vmi(&vmis, second.metadata.uid.as_deref()).await;
+    let out = virtctl(ns, &["stop", VM, "--force", "--grace-period", "0"]);
+    assert_success(
+        "virtctl stop --force --grace-period 0",
+        &out,
+        &format!("VM {VM} was scheduled to stop"),
+    );
+    wait_for(&format!("VMI {VM} to be gone"), START, || async {
+        vmis.get_opt(VM).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    vm_printable_status(&vms, "Stopped").await;
+}
