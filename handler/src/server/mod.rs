@@ -3,9 +3,10 @@
 //! Transport: HTTP/1.1 over mutual TLS on the pod network, port 8186. The server presents the
 //! certificate of the `kubevirt-virt-handler-server-certs` Secret (SAN
 //! `virt-handler.kubevirt.svc`, which virt-api checks since it dials Pod IPs) and requires a
-//! client certificate that chains to the same Secret's `ca.crt` with EKU clientAuth: virt-api
-//! presents `kubevirt-virt-handler-certs`. A client without one, or with one from another CA,
-//! fails the handshake and never reaches a route. The Secret is the one the migration stream
+//! client certificate that chains to the same Secret's `ca.crt` with EKU clientAuth and the
+//! common name `kubevirt.io:system:client:virt-handler`: virt-api presents
+//! `kubevirt-virt-handler-certs` (see [`tls`]). A client without one, with one from another
+//! CA, or with another name, fails the handshake and never reaches a route. The Secret is the one the migration stream
 //! uses, mounted at [`crate::migration::tls::DEFAULT_CERT_DIR`]; the operator rolls
 //! virt-handler when it rotates the certificates.
 //!
@@ -22,6 +23,7 @@
 
 pub mod console;
 mod routes;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -66,12 +68,12 @@ pub async fn run_from_env(socket_root: PathBuf) {
         .and_then(|a| a.parse().ok())
         .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], PORT)));
     let cert_dir = crate::migration::tls::cert_dir();
-    let result = match crate::migration::tls::MigrationTls::load(&cert_dir) {
+    let result = match tls::server_config(&cert_dir) {
         Ok(tls) => {
             serve(ServerConfig {
                 listen,
                 socket_root,
-                tls: tls.server,
+                tls,
             })
             .await
         }

@@ -145,7 +145,7 @@ async fn start(root: &Path, pki: &Pki) -> SocketAddr {
     let config = Arc::new(ServerConfig {
         listen: address,
         socket_root: root.to_path_buf(),
-        tls: MigrationTls::load(&pki.good.join("server")).unwrap().server,
+        tls: tls::server_config(&pki.good.join("server")).unwrap(),
     });
     tokio::spawn(serve_listener(listener, config));
     address
@@ -275,4 +275,26 @@ async fn clients_without_the_cas_certificate_are_refused() {
         .unwrap();
     let response = send(address, &pki, pause).await;
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
+}
+
+#[test]
+fn the_common_name_is_read_from_the_certificate() {
+    let pki = pki();
+    let read = |dir: &Path| {
+        let pem = std::fs::read(dir.join("tls.crt")).unwrap();
+        use rustls_pki_types::pem::PemObject;
+        let cert = rustls_pki_types::CertificateDer::pem_slice_iter(&pem)
+            .next()
+            .unwrap()
+            .unwrap();
+        tls::subject_common_name(&cert)
+    };
+    assert_eq!(
+        read(&pki.good.join("client")).as_deref(),
+        Some(tls::CLIENT_COMMON_NAME)
+    );
+    assert_eq!(
+        read(&pki.good.join("server")).as_deref(),
+        Some("kubevirt.io:system:node:virt-handler")
+    );
 }
