@@ -5,8 +5,9 @@
 #   3. the local cluster with Ferrovirt installed and a VM running (hack/up.sh);
 #   4. cargo test for the whole workspace: unit, integration and end-to-end tests, but for the
 #      operator's package;
-#   5. the operator's tests alone (they uninstall, reinstall, reconfigure and upgrade Ferrovirt, so nothing
-#      else may run beside them; they end with Ferrovirt installed as hack/up.sh leaves it);
+#   5. the operator's tests alone (they uninstall, reinstall, reconfigure and upgrade Ferrovirt,
+#      so nothing else may run beside them; they end with Ferrovirt installed as hack/up.sh
+#      leaves it);
 #   6. the local cluster's own checks (tests/cluster/test.sh, which ends with down and up).
 # Usage: hack/test.sh            (as root)
 set -euo pipefail
