@@ -135,7 +135,7 @@ pub fn render_target_pod(
 }
 
 /// The launcher Pods the VMI controller follows while and after the VMI migrates: the target
-/// Pod of the recorded migration only once it completed (and then no longer the source Pod);
+/// Pod the recorded migration names only once it completed (and then no longer the source Pod);
 /// the target Pod of an earlier migration while it is not being deleted (it became the VMI's
 /// launcher, or its migration failed and it goes).
 pub fn visible_pods(vmi: &VirtualMachineInstance, pods: Vec<Pod>) -> Vec<Pod> {
@@ -144,6 +144,7 @@ pub fn visible_pods(vmi: &VirtualMachineInstance, pods: Vec<Pod>) -> Vec<Pod> {
     let completed = running && state.is_some_and(|s| s.completed == Some(true));
     let current = state.and_then(|s| s.migration_uid.clone());
     let source = state.and_then(|s| s.source_pod.clone());
+    let target = state.and_then(|s| s.target_pod.clone());
     pods.into_iter()
         .filter(|pod| {
             let job = pod
@@ -152,7 +153,9 @@ pub fn visible_pods(vmi: &VirtualMachineInstance, pods: Vec<Pod>) -> Vec<Pod> {
                 .as_ref()
                 .and_then(|l| l.get(MIGRATION_JOB_LABEL).cloned());
             match job {
-                Some(job) if Some(&job) == current.as_ref() => completed,
+                Some(job) if Some(&job) == current.as_ref() => {
+                    completed && pod.metadata.name.is_some() && pod.metadata.name == target
+                }
                 Some(_) => pod.metadata.deletion_timestamp.is_none(),
                 None => !(completed && pod.metadata.name.is_some() && pod.metadata.name == source),
             }
@@ -280,7 +283,11 @@ mod tests {
 
     #[test]
     fn the_target_pod_becomes_current_only_after_completion() {
-        let pods = vec![pod("source", false), pod("target", true)];
+        let pods = vec![
+            pod("source", false),
+            pod("target", true),
+            pod("extra", true),
+        ];
         let mut migrating = vmi(json!([]));
         migrating.status.as_mut().unwrap().migration_state = Some(api::vmi::MigrationState {
             migration_uid: Some("m".into()),

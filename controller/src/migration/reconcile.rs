@@ -20,7 +20,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::plan::{check_migratable, migratable_condition, over_limits, render_target_pod};
-use super::{FINALIZER, MIGRATION_TARGET_NODE_LABEL};
+use super::{FINALIZER, MIGRATION_JOB_LABEL, MIGRATION_TARGET_NODE_LABEL};
 use crate::context::Context;
 use crate::vmi::reconcile::NODE_LABEL;
 use crate::Error;
@@ -159,6 +159,10 @@ pub async fn reconcile(
             );
             vmis.replace_status(&vmi_name, &PostParams::default(), &updated)
                 .await?;
+            if migratable.is_ok() {
+                // Go on from the VMI as written.
+                return Ok(Action::requeue(Duration::from_millis(100)));
+            }
         }
         if let Err(not) = migratable {
             ctx.event(migration.as_ref(), true, not.reason, not.message.clone())
@@ -214,9 +218,21 @@ pub async fn reconcile(
             set_phase(&migrations, &migration, MigrationPhase::Pending, None, None).await?;
             return Ok(Action::requeue(Duration::from_secs(3)));
         }
-        let pod =
-            render_target_pod(&vmi, &ctx.config(), &uid, &source_node).map_err(Error::Render)?;
-        let created = pods.create(&PostParams::default(), &pod).await?;
+        // One target Pod per migration, also when an earlier pass created it and then failed.
+        let existing = pods
+            .list(&ListParams::default().labels(&format!("{MIGRATION_JOB_LABEL}={uid}")))
+            .await?
+            .items
+            .into_iter()
+            .find(|p| p.metadata.deletion_timestamp.is_none());
+        let created = match existing {
+            Some(pod) => pod,
+            None => {
+                let pod = render_target_pod(&vmi, &ctx.config(), &uid, &source_node)
+                    .map_err(Error::Render)?;
+                pods.create(&PostParams::default(), &pod).await?
+            }
+        };
         // The source Pod: the VMI's live launcher Pod on the source node.
         let source_pod = pods
             .list(&ListParams::default().labels(&format!(
@@ -240,22 +256,36 @@ pub async fn reconcile(
             start_timestamp: Some(now()),
             ..MigrationState::default()
         };
-        let mut updated = vmi.clone();
-        let s = updated.status.get_or_insert_with(Default::default);
-        s.migration_state = Some(state.clone());
-        s.migration_method = Some(
-            if vmi
-                .spec
-                .volumes
-                .iter()
-                .any(|v| v.container_disk.is_some() || v.empty_disk.is_some())
-            {
-                "BlockMigration".into()
-            } else {
-                "LiveMigration".into()
-            },
-        );
-        vmis.replace_status(&vmi_name, &PostParams::default(), &updated)
+        let method = if vmi
+            .spec
+            .volumes
+            .iter()
+            .any(|v| v.container_disk.is_some() || v.empty_disk.is_some())
+        {
+            "BlockMigration"
+        } else {
+            "LiveMigration"
+        };
+        // A merge patch: the handlers write the VMI's status at the same time.
+        // What an earlier migration left in migrationState must go: a merge patch keeps what
+        // it does not name.
+        let mut fields = serde_json::to_value(&state).unwrap_or_else(|_| json!({}));
+        if let Some(map) = fields.as_object_mut() {
+            for stale in [
+                "targetNode",
+                "targetNodeAddress",
+                "endTimestamp",
+                "completed",
+                "failed",
+                "failureReason",
+                "abortRequested",
+                "mode",
+            ] {
+                map.entry(stale).or_insert(serde_json::Value::Null);
+            }
+        }
+        let patch = json!({"status": {"migrationState": fields, "migrationMethod": method}});
+        vmis.patch_status(&vmi_name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
         ctx.event(
             &vmi,
@@ -292,6 +322,7 @@ pub async fn reconcile(
     };
     if state.failed == Some(true) {
         delete_target_pod(&pods, &vmi).await?;
+        delete_other_target_pods(&pods, &uid, None).await?;
         let _ = remove_target_label(&vmis, &vmi).await;
         let why = state.failure_reason.clone();
         set_phase(
@@ -320,6 +351,7 @@ pub async fn reconcile(
             vmis.patch(&vmi_name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
         }
+        delete_other_target_pods(&pods, &uid, state.target_pod.as_deref()).await?;
         if let Some(source) = &state.source_pod {
             match pods.delete(source, &DeleteParams::default()).await {
                 Ok(_) => {}
@@ -497,6 +529,29 @@ async fn delete_target_pod(pods: &Api<Pod>, vmi: &VirtualMachineInstance) -> Res
         .and_then(|s| s.migration_state.as_ref())
         .and_then(|s| s.target_pod.clone());
     if let Some(name) = target {
+        match pods.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Deletes the Pods of migration `uid` other than `keep`.
+async fn delete_other_target_pods(
+    pods: &Api<Pod>,
+    uid: &str,
+    keep: Option<&str>,
+) -> Result<(), Error> {
+    let list = pods
+        .list(&ListParams::default().labels(&format!("{MIGRATION_JOB_LABEL}={uid}")))
+        .await?;
+    for pod in list.items {
+        let name = pod.name_any();
+        if Some(name.as_str()) == keep || pod.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
         match pods.delete(&name, &DeleteParams::default()).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => {}
