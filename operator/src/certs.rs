@@ -51,6 +51,42 @@ pub struct Lifetimes {
     pub leaf: Duration,
 }
 
+impl Lifetimes {
+    /// KubeVirt's defaults, or `VIRT_OPERATOR_CA_LIFETIME` / `VIRT_OPERATOR_CERT_LIFETIME`
+    /// (`90s`, `10m`, `168h`, or seconds).
+    pub fn from_env() -> Result<Lifetimes, String> {
+        let mut lifetimes = Lifetimes::default();
+        for (var, field) in [
+            ("VIRT_OPERATOR_CA_LIFETIME", &mut lifetimes.ca),
+            ("VIRT_OPERATOR_CERT_LIFETIME", &mut lifetimes.leaf),
+        ] {
+            if let Ok(text) = std::env::var(var) {
+                *field = parse_duration(&text).ok_or_else(|| {
+                    format!("{var}={text:?}: expected a duration such as 90s, 10m or 24h")
+                })?;
+            }
+        }
+        Ok(lifetimes)
+    }
+}
+
+/// `90s`, `10m`, `24h` or plain seconds; at least a minute.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let (number, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => text.split_at(i),
+        None => (text, "s"),
+    };
+    let n: u64 = number.parse().ok()?;
+    let secs = match unit {
+        "s" => n,
+        "m" => n.checked_mul(60)?,
+        "h" => n.checked_mul(3600)?,
+        _ => return None,
+    };
+    (secs >= 60).then(|| Duration::from_secs(secs))
+}
+
 impl Default for Lifetimes {
     /// KubeVirt's defaults (`certificateRotateStrategy.selfSigned`): CA 168h, certificates 24h.
     fn default() -> Self {
@@ -144,6 +180,19 @@ impl StoredSecret {
         self.data
             .get("tls.key")
             .is_some_and(|k| KeyPair::from_pem(k).is_ok())
+    }
+
+    /// Issued for no longer than `life` (and a couple of minutes of slack): a shorter
+    /// configured lifetime replaces longer-lived certificates at once.
+    fn fits(&self, life: Duration) -> bool {
+        let life = i64::try_from(life.as_secs()).unwrap_or(i64::MAX / 4);
+        match (
+            self.time(NOT_BEFORE_ANNOTATION),
+            self.time(NOT_AFTER_ANNOTATION),
+        ) {
+            (Some(from), Some(until)) => until - from <= life + 120,
+            _ => false,
+        }
     }
 
     /// Valid now, with more than a fifth of its life left, and not empty.
@@ -311,7 +360,7 @@ pub fn plan(
     let mut changed = false;
     let old_ca = existing.get(CA_NAME);
     let ca = match old_ca {
-        Some(ca) if ca.fresh(now) && ca.key_parses() => ca.clone(),
+        Some(ca) if ca.fresh(now) && ca.fits(lifetimes.ca) && ca.key_parses() => ca.clone(),
         _ => {
             changed = true;
             new_ca(now, lifetimes.ca)?
@@ -323,9 +372,9 @@ pub fn plan(
         .zip(ca.time(NOT_BEFORE_ANNOTATION))
         .map_or(now, |(until, from)| until - (until - from) / 5);
     for leaf in leaves(namespace) {
-        let current = existing
-            .get(leaf.secret)
-            .filter(|s| s.fresh(now) && s.data.get("ca.crt") == Some(&ca_pem));
+        let current = existing.get(leaf.secret).filter(|s| {
+            s.fresh(now) && s.fits(lifetimes.leaf) && s.data.get("ca.crt") == Some(&ca_pem)
+        });
         let secret = match current {
             Some(s) => s.clone(),
             None => {
@@ -585,6 +634,58 @@ mod tests {
         assert!(client
             .verify_client_cert(&der(VIRT_API_SECRET), &[], at)
             .is_err());
+    }
+
+    #[test]
+    fn durations_parse_and_refuse_nonsense() {
+        assert_eq!(parse_duration("90s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_duration("10m"), Some(Duration::from_secs(600)));
+        assert_eq!(
+            parse_duration("168h"),
+            Some(Duration::from_secs(168 * 3600))
+        );
+        assert_eq!(parse_duration("120"), Some(Duration::from_secs(120)));
+        for bad in ["", "30s", "1d", "m", "-5m", "10 m"] {
+            assert_eq!(parse_duration(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_shorter_configured_lifetime_reissues_at_once() {
+        let first = fresh_plan();
+        let short = Lifetimes {
+            ca: Duration::from_secs(600),
+            leaf: Duration::from_secs(60),
+        };
+        let p = plan(
+            "kubevirt",
+            &first.secrets,
+            Some(&first.ca_bundle),
+            NOW + 10,
+            short,
+        )
+        .unwrap();
+        assert!(p.changed);
+        assert_ne!(p.secrets[CA_NAME], first.secrets[CA_NAME]);
+        assert_eq!(
+            p.secrets[VIRT_API_SECRET].annotations[NOT_AFTER_ANNOTATION],
+            (NOW + 10 + 60).to_string()
+        );
+        // Renewal is due at 80% of the minute, and the old CA stays trusted meanwhile.
+        assert_eq!(p.renew_at, NOW + 70 - 120 / 5);
+        assert!(p
+            .ca_bundle
+            .ends_with(&first.secrets[CA_NAME].data["tls.crt"]));
+        // A longer configured lifetime keeps them until they are due.
+        let again = plan(
+            "kubevirt",
+            &p.secrets,
+            Some(&p.ca_bundle),
+            NOW + 20,
+            Lifetimes::default(),
+        )
+        .unwrap();
+        assert!(!again.changed);
     }
 
     #[test]
