@@ -126,8 +126,8 @@ pub fn writer_of(key: &RequestKey) -> &'static str {
         key.resource.as_str(),
         key.subresource.as_str(),
     ) {
-        ("kubevirt.io", _, _) => {
-            "ferrovirt (virt-controller, virt-handler; VMI POSTs are the bench's)"
+        ("kubevirt.io", "virtualmachineinstances", _) => {
+            "ferrovirt (virt-controller, virt-handler)"
         }
         ("", "pods", "status") => "kubelet",
         ("", "pods", "binding") => "kube-scheduler",

@@ -263,6 +263,11 @@ async fn run(client: &Client, namespace: &str, o: &Options) -> anyhow::Result<()
         all_in.as_secs_f64()
     );
     println!("  load average before {load_before}, after {load_after}");
+    println!(
+        "  launcher Pods in the namespace: {} for {} VMIs",
+        pod_list.len(),
+        list.len()
+    );
 
     // From the VMIs' own timestamps, as KubeVirt's suite measures.
     let mut segments: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
@@ -361,6 +366,7 @@ async fn run(client: &Client, namespace: &str, o: &Options) -> anyhow::Result<()
         o.count
     );
     let mut ferrovirt_writes = 0.0;
+    let mut other_writes = 0.0;
     for (key, count) in &delta {
         if !is_write(&key.verb) {
             continue;
@@ -380,6 +386,10 @@ async fn run(client: &Client, namespace: &str, o: &Options) -> anyhow::Result<()
         if writer.starts_with("ferrovirt (") {
             ferrovirt_writes += count;
         }
+        if writer == "other" {
+            other_writes += count;
+            continue;
+        }
         println!("  {:58} {:>6.2}   {writer}", key.to_string(), count / n);
     }
     let reads: f64 = delta
@@ -388,8 +398,10 @@ async fn run(client: &Client, namespace: &str, o: &Options) -> anyhow::Result<()
         .map(|(_, c)| c)
         .sum();
     println!(
-        "  writes by Ferrovirt's components per VMI: {:.2}; reads (GET/LIST/WATCH, everyone) per VMI: {:.2}",
+        "  writes by Ferrovirt's components per VMI: {:.2}; other writes (leases, nodes, other \
+         namespaces...) per VMI: {:.2}; reads (GET/LIST/WATCH, everyone) per VMI: {:.2}",
         ferrovirt_writes / n,
+        other_writes / n,
         reads / n
     );
 
