@@ -2,9 +2,10 @@
 //! through kube-apiserver, with the terminal in raw mode.
 //!
 //! 1. Connect: `GET .../virtualmachineinstances/{name}/console` with `Upgrade: websocket`.
-//!    While the VMI is not running yet (409, 404, or a console that cannot be reached) the
+//!    While the VMI is not running yet (409, or a console that cannot be reached yet) the
 //!    attempt is repeated once a second until `--timeout` minutes have passed, so
-//!    `virtctl start vm && virtctl console vm` works.
+//!    `virtctl start vm && virtctl console vm` works. A VMI that does not exist ends it at
+//!    once, as KubeVirt's virtctl does.
 //! 2. Relay: stdin bytes go out as masked binary frames; binary and text frames from the
 //!    server go to stdout. Ctrl+] (0x1d) ends the session.
 //! 3. A session that the server ends prints why it may have ended; run `virtctl console`
@@ -85,17 +86,28 @@ async fn connect(
                     .map(str::to_string)
             })
             .unwrap_or_else(|| String::from_utf8_lossy(&body).trim().to_string());
-        return Err(match status {
-            StatusCode::CONFLICT
-            | StatusCode::NOT_FOUND
-            | StatusCode::SERVICE_UNAVAILABLE
-            | StatusCode::INTERNAL_SERVER_ERROR => ConnectError::NotReady(message),
-            _ => ConnectError::Fatal(CallError::Server(message)),
-        });
+        return Err(classify(status, name, message));
     }
     hyper::upgrade::on(response)
         .await
         .map_err(|e| ConnectError::Fatal(CallError::Transport(format!("upgrade: {e}"))))
+}
+
+/// Whether a refused connection is worth another attempt.
+fn classify(status: StatusCode, name: &str, message: String) -> ConnectError {
+    let missing_vmi =
+        status == StatusCode::NOT_FOUND && message.ends_with(&format!("\"{name}\" not found"));
+    match status {
+        _ if missing_vmi => ConnectError::Fatal(CallError::Server(format!(
+            "Can't access VMI {name}: {message}"
+        ))),
+        StatusCode::CONFLICT
+        | StatusCode::BAD_REQUEST
+        | StatusCode::NOT_FOUND
+        | StatusCode::SERVICE_UNAVAILABLE
+        | StatusCode::INTERNAL_SERVER_ERROR => ConnectError::NotReady(message),
+        _ => ConnectError::Fatal(CallError::Server(message)),
+    }
 }
 
 /// Connects (waiting up to `timeout` for the VMI) and runs one session.
@@ -211,5 +223,43 @@ where
     tokio::select! {
         end = input => end,
         end = output => end,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_vmi_ends_at_once_and_a_vmi_not_running_yet_is_retried() {
+        let missing = classify(
+            StatusCode::NOT_FOUND,
+            "vm1",
+            "virtualmachineinstances.kubevirt.io \"vm1\" not found".into(),
+        );
+        match missing {
+            ConnectError::Fatal(e) => assert_eq!(
+                e.to_string(),
+                "Can't access VMI vm1: virtualmachineinstances.kubevirt.io \"vm1\" not found"
+            ),
+            ConnectError::NotReady(m) => panic!("retried: {m}"),
+        }
+        for (status, message) in [
+            (
+                StatusCode::CONFLICT,
+                "Unable to connect to VirtualMachineInstance because phase is Scheduling instead of Running",
+            ),
+            (StatusCode::NOT_FOUND, "console not available: no console for VMI x on this node"),
+            (StatusCode::INTERNAL_SERVER_ERROR, "virt-handler at 10.0.0.1:8186: connection refused"),
+        ] {
+            assert!(
+                matches!(classify(status, "vm1", message.into()), ConnectError::NotReady(_)),
+                "{status} {message}"
+            );
+        }
+        assert!(matches!(
+            classify(StatusCode::FORBIDDEN, "vm1", "forbidden".into()),
+            ConnectError::Fatal(_)
+        ));
     }
 }
