@@ -246,6 +246,19 @@ fn missing_vm_is_reported(namespace: &str) {
         );
         assert!(out.stdout.is_empty(), "nothing on stdout: {}", out.stdout);
     }
+    // The console does not wait for a VMI that does not exist (it does for one not running).
+    let out = virtctl(namespace, &["console", "no-such-vm", "--timeout", "1"]);
+    assert_eq!(
+        out.code,
+        Some(1),
+        "virtctl console for a missing VMI: {out:?}"
+    );
+    assert!(
+        out.stderr.contains("Can't access VMI no-such-vm: ")
+            && out.stderr.contains("\"no-such-vm\" not found"),
+        "virtctl console: expected `Can't access VMI no-such-vm: ... not found`, got: {}",
+        out.stderr
+    );
     let out = virtctl(namespace, &["pause", "vmi", "no-such-vm"]);
     assert_eq!(out.code, Some(1), "{out:?}");
     assert!(
