@@ -50,7 +50,10 @@ fn stop_force_grace_period() {
     assert_eq!(error.to_string(), "Can not force stop without gracePeriod");
     let cli = parse(&["restart", "testvm", "--force"]);
     let error = plan(&cli.command, "default").expect_err("force without grace period");
-    assert_eq!(error.to_string(), "Can not force restart without gracePeriod");
+    assert_eq!(
+        error.to_string(),
+        "Can not force restart without gracePeriod"
+    );
     let c = call(&["stop", "testvm"]);
     assert_eq!(c.failure, "Error stopping VirtualMachine");
     assert_eq!(body(&c), serde_json::json!({}));
