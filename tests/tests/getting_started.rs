@@ -11,6 +11,9 @@
 //! `softreboot` without a guest agent, for `stop --grace-period` without `--force`; `virtctl
 //! version` and virt-api's `healthz` through kube-apiserver; `virtctl stop --force
 //! --grace-period 0` of a started VM.
+//!
+//! Beside it: the installed virt-handler's console and action server answers only virt-api's
+//! client certificate (mutual TLS, checked with curl and the operator's Secrets).
 
 use std::time::Duration;
 
@@ -432,4 +435,97 @@ async fn getting_started_with_virtctl() {
     })
     .await;
     vm_printable_status(&vms, "Stopped").await;
+}
+
+/// Writes a certificate Secret's `tls.crt`, `tls.key` and `ca.crt` into `dir`.
+async fn write_secret(client: &kube::Client, name: &str, dir: &std::path::Path) {
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(client.clone(), "kubevirt");
+    let secret = secrets
+        .get(name)
+        .await
+        .unwrap_or_else(|e| panic!("Secret kubevirt/{name} (made by virt-operator): {e}"));
+    let data = secret.data.unwrap_or_default();
+    std::fs::create_dir_all(dir).expect("a directory for the certificates");
+    for key in ["tls.crt", "tls.key", "ca.crt"] {
+        let value = data
+            .get(key)
+            .unwrap_or_else(|| panic!("Secret kubevirt/{name} has no {key}"));
+        std::fs::write(dir.join(key), &value.0).expect("writing a certificate file");
+    }
+}
+
+/// curl to a virt-handler's subresource server as `virt-handler.kubevirt.svc`, optionally
+/// with a client certificate; returns curl's exit code and what it printed.
+fn curl_handler(ip: &str, ca: &std::path::Path, client: Option<&std::path::Path>) -> (i32, String) {
+    let mut command = std::process::Command::new("curl");
+    command.args(["-s", "--max-time", "10", "-X", "PUT", "-w", " %{http_code}"]);
+    command.arg("--cacert").arg(ca.join("ca.crt"));
+    if let Some(dir) = client {
+        command.arg("--cert").arg(dir.join("tls.crt"));
+        command.arg("--key").arg(dir.join("tls.key"));
+    }
+    command.args([
+        "--resolve",
+        &format!("virt-handler.kubevirt.svc:8186:{ip}"),
+        "https://virt-handler.kubevirt.svc:8186/v1/vmis/no-such-vmi/pause",
+    ]);
+    let out = command
+        .output()
+        .unwrap_or_else(|e| panic!("running curl (Debian package curl): {e}"));
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// The installed virt-handler answers virt-api's client certificate (a VMI it does not run:
+/// 404) and refuses a client without one, and one with the handlers' own certificate (same
+/// CA, another name), at the TLS handshake.
+#[tokio::test]
+async fn virt_handler_answers_only_virt_apis_certificate() {
+    let client = client().await;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), "kubevirt");
+    let handlers = pods
+        .list(&kube::api::ListParams::default().labels("kubevirt.io=virt-handler"))
+        .await
+        .expect("listing virt-handler Pods");
+    let ip = handlers
+        .items
+        .iter()
+        .find_map(|p| p.status.as_ref()?.pod_ip.clone())
+        .expect("a virt-handler Pod with an IP");
+    let dir = std::env::temp_dir().join(format!("ferrovirt-handler-tls-{}", std::process::id()));
+    let (api_certs, handler_certs) = (dir.join("virt-api"), dir.join("virt-handler"));
+    write_secret(&client, "kubevirt-virt-handler-certs", &api_certs).await;
+    write_secret(
+        &client,
+        "kubevirt-virt-handler-server-certs",
+        &handler_certs,
+    )
+    .await;
+
+    let with_api_cert = curl_handler(&ip, &api_certs, Some(&api_certs));
+    let without_cert = curl_handler(&ip, &api_certs, None);
+    let with_handler_cert = curl_handler(&ip, &api_certs, Some(&handler_certs));
+    let _ = std::fs::remove_dir_all(&dir);
+
+    assert_eq!(
+        with_api_cert,
+        (
+            0,
+            "no launcher for VMI no-such-vmi on this node 404".to_string()
+        ),
+        "with virt-api's certificate: expected the handler's 404"
+    );
+    for (who, (code, out)) in [
+        ("without a client certificate", without_cert),
+        ("with the handlers' own certificate", with_handler_cert),
+    ] {
+        assert_ne!(code, 0, "{who}: expected the handshake to fail, got {out}");
+        assert!(
+            out.ends_with(" 000"),
+            "{who}: no HTTP answer expected, got {out}"
+        );
+    }
 }
