@@ -11,6 +11,7 @@ packages=(
   e2fsprogs dosfstools mtools genisoimage xorriso  # disk images and cloud-init disks
   busybox-static        # the launcher's network test (nc in the client namespace)
   socat util-linux      # the end-to-end tests read consoles from the nodes
+  openssl curl          # TLS tests: certificates for virt-api and virt-handler, mutual TLS checks
 )
 
 missing=()
