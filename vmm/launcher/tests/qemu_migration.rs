@@ -329,6 +329,37 @@ async fn migrates_a_running_guest_with_its_disks() {
         .windows(2)
         .all(|w| w[1].n == w[0].n + 1 && w[1].uptime >= w[0].uptime));
 
+    // The migrated VM can move on: from the target to a third launcher.
+    let (third_dirs, third) = launcher("migthird");
+    prepare_target(&third_dirs, &third, &vmi).await;
+    let third_console = ConsoleReader::connect(&third_dirs);
+    let onward = target_dirs.sockets().join("migration-out");
+    let relayed = relay(&onward, third_dirs.sockets().join("migration-target-sock"));
+    let last_on_target = counts(&target_console.text())
+        .last()
+        .cloned()
+        .expect("counts");
+    target_client
+        .migrate(v1::MigrateRequest {
+            vmi: String::new(),
+            socket: onward.display().to_string(),
+            bandwidth_bytes_per_second: 0,
+            max_downtime_ms: 0,
+        })
+        .await
+        .unwrap_or_else(|s| panic!("second Migrate: {s}\n{}", target.log_text()));
+    let ended = wait_migration_end(&mut target_client, Duration::from_secs(300)).await;
+    assert_eq!(
+        migration_of(&ended).status,
+        MigrationStatus::Completed as i32,
+        "{ended:?}\n{}",
+        third.log_text()
+    );
+    relayed.await.expect("relay task").expect("relay");
+    let onward_counts = wait_counts(&third_console, 2, Duration::from_secs(60)).await;
+    assert_eq!(onward_counts[0].token, last_before.token);
+    assert!(onward_counts[0].n > last_on_target.n);
+
     // What the guest wrote to its emptyDisk reached the target's copy.
     let marked = files_starting_with(&target_dirs.root.join("disks"), DISK_MARKER.as_bytes());
     assert!(

@@ -423,10 +423,11 @@ impl Launcher {
         check_socket_path(&socket).map_err(OpError::Migration)?;
         self.with_vm(&request.vmi, |this, vm| {
             Self::require_live(vm)?;
+            // A VM that came in by migration may leave the same way once it has arrived.
             if vm
                 .migration
                 .as_ref()
-                .is_some_and(|m| m.target || !m.progress.phase.is_final())
+                .is_some_and(|m| !m.progress.phase.is_final())
             {
                 return Err(OpError::Migration(
                     "a migration of this VM is already under way".into(),
