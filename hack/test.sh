@@ -39,7 +39,7 @@ step "cargo test"
 cargo build --workspace --bins --locked
 cargo test --workspace --locked --no-fail-fast --exclude operator
 
-step "virt-operator: install, keep in shape, uninstall, reinstall, configuration, upgrade (alone)"
+step "virt-operator: install, keep in shape, uninstall, reinstall, configuration, certificate rotation, upgrade (alone)"
 cargo test -p operator --locked --no-fail-fast
 
 step "local cluster checks"
