@@ -34,7 +34,10 @@ async fn own_pod_image(client: &kube::Client, namespace: &str) -> Result<String,
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    env_logger::Builder::from_env(
+        env_logger::Env::default().default_filter_or("info,kube_runtime=warn"),
+    )
+    .init();
     let mut image = std::env::var("VIRT_OPERATOR_IMAGE")
         .ok()
         .filter(|s| !s.is_empty());
