@@ -10,16 +10,20 @@
 //! - A VMI with a ReadWriteOnce PVC is refused: the migration fails with the reason, and the
 //!   VMI's LiveMigratable condition says it.
 
+use std::io::Read;
 use std::time::{Duration, Instant};
 
 use api::migration::{MigrationPhase, VirtualMachineInstanceMigration};
 use api::{VirtualMachine, VirtualMachineInstance, VmiPhase};
-use ferrovirt_tests::{client, read_console, virtctl, wait_for, TestNamespace};
+use ferrovirt_tests::{client, launcher_pids, read_console, virtctl, wait_for, TestNamespace};
 use k8s_openapi::api::core::v1::{Event, Node, PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 
-/// The guest's script: a RAM token, a marker on the emptyDisk, then the counter.
+/// What the guest writes at the start of its emptyDisk (`/dev/vdc`).
+const DISK_MARKER: &str = "ferrovirt-emptydisk-marker";
+
+/// The guest's script: a RAM token, [`DISK_MARKER`] on the emptyDisk, then the counter.
 const USER_DATA: &str = "#!/bin/sh\n\
 head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \\n' > /tmp/fv-token\n\
 echo ferrovirt-emptydisk-marker > /dev/vdc; sync\n\
@@ -284,6 +288,38 @@ async fn virtctl_migrate_moves_a_running_vm_to_the_other_node() {
     })
     .await;
 
+    // What the guest wrote to its emptyDisk on the source is in the target's copy.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let pid = loop {
+        let pids = launcher_pids(&uid);
+        if pids.len() == 1 {
+            break pids[0];
+        }
+        let described: Vec<String> = pids
+            .iter()
+            .map(|p| {
+                let cgroup =
+                    std::fs::read_to_string(format!("/proc/{p}/cgroup")).unwrap_or_default();
+                format!("{p}: {}", cgroup.lines().last().unwrap_or_default())
+            })
+            .collect();
+        assert!(
+            Instant::now() < deadline,
+            "not one virt-launcher for {uid} after the migration: {described:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    // (`/var/run` is a symlink to `/run` in the launcher image.)
+    let disk = format!("/proc/{pid}/root/run/kubevirt-ephemeral-disks/emptydisk.img");
+    let mut head = vec![0u8; DISK_MARKER.len()];
+    let read = std::fs::File::open(&disk).and_then(|mut f| f.read_exact(&mut head));
+    assert!(read.is_ok(), "reading {disk}: {read:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&head),
+        DISK_MARKER,
+        "the target's emptyDisk lacks what the guest wrote on the source"
+    );
+
     // The handler's figures.
     let events: Api<Event> = Api::namespaced(client.clone(), ns);
     let note = wait_for("the Migrated event", Duration::from_secs(30), || async {
@@ -304,6 +340,72 @@ async fn virtctl_migrate_moves_a_running_vm_to_the_other_node() {
         start.0, end.0
     );
     println!("last count on the source {last_before:?}, first on the target {first:?}");
+
+    // And back: a second migration of the same VMI returns it to the first node.
+    let last_there = console_counts(&target_node, &uid, 1, Duration::from_secs(30))
+        .await
+        .last()
+        .cloned()
+        .expect("counts");
+    let back_started = Instant::now();
+    let out = virtctl(ns, &["migrate", "vm-counter"]);
+    assert_eq!(out.code, Some(0), "second virtctl migrate: {out:?}");
+    let second = wait_for(
+        "the second migration object",
+        Duration::from_secs(20),
+        || async {
+            migrations
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|m| m.name_any() != migration.name_any())
+        },
+    )
+    .await;
+    let back = wait_for(
+        "the second migration to end",
+        Duration::from_secs(300),
+        || async {
+            let m = migrations.get(&second.name_any()).await.ok()?;
+            phase(&m).is_some_and(MigrationPhase::is_final).then_some(m)
+        },
+    )
+    .await;
+    assert_eq!(
+        phase(&back),
+        Some(MigrationPhase::Succeeded),
+        "{:?}",
+        back.status
+    );
+    wait_for(
+        "the VMI back on the first node",
+        Duration::from_secs(60),
+        || async {
+            let v = vmis.get("vm-counter").await.ok()?;
+            (v.status.as_ref()?.node_name.as_deref() == Some(source_node.as_str())).then_some(())
+        },
+    )
+    .await;
+    let home = console_counts(&source_node, &uid, 3, Duration::from_secs(60)).await;
+    assert_eq!(
+        home[0].token, last_there.token,
+        "the guest rebooted on the way back"
+    );
+    assert!(home[0].n > last_there.n && home[0].uptime > last_there.uptime);
+    wait_for("one launcher Pod", Duration::from_secs(120), || async {
+        let list = pods
+            .list(&ListParams::default().labels(&format!("kubevirt.io/created-by={uid}")))
+            .await
+            .ok()?;
+        (list.items.len() == 1).then_some(())
+    })
+    .await;
+    println!(
+        "migrated back to {source_node} in {:?}",
+        back_started.elapsed()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -461,4 +563,71 @@ async fn a_vmi_with_a_read_write_once_pvc_is_refused_with_the_reason() {
     assert!(!condition.is_true());
     assert_eq!(condition.reason.as_deref(), Some("DisksNotLiveMigratable"));
     println!("refused: {reason}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_running_migration_cancels_it() {
+    let client = client().await;
+    two_schedulable_nodes(&client).await;
+    let namespace = TestNamespace::create(&client, "e2e-migcancel").await;
+    let ns = namespace.name.as_str();
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let (vmi, source_node, _) = running_vm(&client, ns, "vm-cancel", "64Gi").await;
+    let uid = vmi.uid().expect("uid");
+
+    let out = virtctl(ns, &["migrate", "vm-cancel"]);
+    assert_eq!(out.code, Some(0), "virtctl migrate: {out:?}");
+    let migration = migration_of(&client, ns, "vm-cancel").await;
+    let migrations: Api<VirtualMachineInstanceMigration> = Api::namespaced(client.clone(), ns);
+    let target_pod = wait_for("the migration to run", Duration::from_secs(300), || async {
+        let m = migrations.get(&migration.name_any()).await.ok()?;
+        let p = phase(&m)?;
+        assert!(
+            !p.is_final(),
+            "the migration ended before the delete: {:?}",
+            m.status
+        );
+        let pod = m
+            .status
+            .as_ref()?
+            .migration_state
+            .as_ref()?
+            .target_pod
+            .clone()?;
+        (p == MigrationPhase::Running).then_some(pod)
+    })
+    .await;
+    migrations
+        .delete(&migration.name_any(), &DeleteParams::default())
+        .await
+        .expect("migration deleted");
+    wait_for(
+        "the migration object to go",
+        Duration::from_secs(60),
+        || async {
+            matches!(migrations.get_opt(&migration.name_any()).await, Ok(None)).then_some(())
+        },
+    )
+    .await;
+    wait_for("the target Pod to go", Duration::from_secs(120), || async {
+        matches!(pods.get_opt(&target_pod).await, Ok(None)).then_some(())
+    })
+    .await;
+    let vmi = vmis.get("vm-cancel").await.expect("VMI");
+    let s = vmi.status.clone().unwrap_or_default();
+    assert_eq!(s.phase, Some(VmiPhase::Running), "{s:?}");
+    assert_eq!(s.node_name.as_deref(), Some(source_node.as_str()));
+    let state = s.migration_state.clone().expect("migrationState");
+    assert_eq!(state.abort_requested, Some(true), "{state:?}");
+    assert_eq!(state.failed, Some(true), "{state:?}");
+    println!("cancelled: {:?}", state.failure_reason);
+    let seen = console_counts(&source_node, &uid, 1, Duration::from_secs(30)).await;
+    let last = seen.last().cloned().expect("counts");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let later = console_counts(&source_node, &uid, 1, Duration::from_secs(30)).await;
+    assert!(
+        later.last().expect("counts").n > last.n,
+        "the guest stopped counting on the source after the cancelled migration"
+    );
 }
