@@ -223,7 +223,7 @@ fn show_ranges(ranges: &[(u64, u64)]) -> String {
 }
 
 /// An error and its sources on one line.
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
@@ -264,24 +264,15 @@ impl Hello {
 
     fn decode(bytes: &[u8]) -> Result<Hello, WireError> {
         let mut d = Decoder::new(bytes, "HELLO");
-        let n = d.u32()?;
-        if n > 16 {
-            return Err(d.malformed(format!("{n} memory ranges")));
-        }
+        let n = d.count(16, "memory ranges")?;
         let ranges = (0..n)
             .map(|_| Ok((d.u64()?, d.u64()?)))
             .collect::<Result<Vec<_>, WireError>>()?;
         let vcpus = d.u32()?;
-        let n = d.u32()?;
-        if n > 64 {
-            return Err(d.malformed(format!("{n} devices")));
-        }
+        let n = d.count(64, "devices")?;
         let devices = (0..n).map(|_| d.u32()).collect::<Result<Vec<_>, _>>()?;
         let paused = d.u8()? != 0;
-        let n = d.u32()?;
-        if n > 64 {
-            return Err(d.malformed(format!("{n} disks")));
-        }
+        let n = d.count(64, "disks")?;
         let disks = (0..n)
             .map(|_| Ok((d.u32()?, d.u64()?)))
             .collect::<Result<Vec<_>, WireError>>()?;

@@ -112,6 +112,24 @@ const REC_MP_STATE: u16 = 9;
 const REC_DEBUGREGS: u16 = 10;
 const REC_FPU: u16 = 11;
 
+/// A `KVM_GET_MSRS` buffer asking for `indices`; `on` names it in the error when there are more
+/// than a buffer holds.
+fn msrs_to_read(indices: &[u32], on: String) -> Result<Msrs, KvmStateError> {
+    let entries: Vec<kvm_msr_entry> = indices
+        .iter()
+        .map(|&index| kvm_msr_entry {
+            index,
+            ..Default::default()
+        })
+        .collect();
+    Msrs::from_entries(&entries).map_err(|_| KvmStateError {
+        ioctl: "KVM_GET_MSRS",
+        on,
+        errno: libc::E2BIG,
+        source: kvm_ioctls::Error::new(libc::E2BIG),
+    })
+}
+
 /// The MSRs a vCPU's state carries: KVM's list of saved MSRs, minus those this KVM will not
 /// read back (probed on `fd`, one refused index at a time).
 pub fn migratable_msrs(kvm: &Kvm, fd: &VcpuFd) -> Result<Vec<u32>, KvmStateError> {
@@ -120,19 +138,7 @@ pub fn migratable_msrs(kvm: &Kvm, fd: &VcpuFd) -> Result<Vec<u32>, KvmStateError
         .map_err(kvm_err("KVM_GET_MSR_INDEX_LIST", "/dev/kvm"))?;
     let mut indices: Vec<u32> = list.as_slice().to_vec();
     loop {
-        let entries: Vec<kvm_msr_entry> = indices
-            .iter()
-            .map(|&index| kvm_msr_entry {
-                index,
-                ..Default::default()
-            })
-            .collect();
-        let mut msrs = Msrs::from_entries(&entries).map_err(|_| KvmStateError {
-            ioctl: "KVM_GET_MSRS",
-            on: format!("{} MSRs", indices.len()),
-            errno: libc::E2BIG,
-            source: kvm_ioctls::Error::new(libc::E2BIG),
-        })?;
+        let mut msrs = msrs_to_read(&indices, format!("{} MSRs", indices.len()))?;
         let read = fd
             .get_msrs(&mut msrs)
             .map_err(kvm_err("KVM_GET_MSRS", "vCPU 0"))?;
@@ -174,19 +180,7 @@ pub fn save_vcpu(fd: &VcpuFd, id: usize, msr_indices: &[u32]) -> Result<Vec<u8>,
     record(&mut e, REC_DEBUGREGS, &pod_bytes(&dregs));
     let lapic = fd.get_lapic().map_err(kvm_err("KVM_GET_LAPIC", &on))?;
     record(&mut e, REC_LAPIC, &pod_bytes(&lapic));
-    let entries: Vec<kvm_msr_entry> = msr_indices
-        .iter()
-        .map(|&index| kvm_msr_entry {
-            index,
-            ..Default::default()
-        })
-        .collect();
-    let mut msrs = Msrs::from_entries(&entries).map_err(|_| KvmStateError {
-        ioctl: "KVM_GET_MSRS",
-        on: on.clone(),
-        errno: libc::E2BIG,
-        source: kvm_ioctls::Error::new(libc::E2BIG),
-    })?;
+    let mut msrs = msrs_to_read(msr_indices, on.clone())?;
     let read = fd
         .get_msrs(&mut msrs)
         .map_err(kvm_err("KVM_GET_MSRS", &on))?;
@@ -438,10 +432,7 @@ pub fn decode_transport(bytes: &[u8], index: usize) -> Result<TransportState, Wi
         activated: d.u8()? != 0,
         queues: Vec::new(),
     };
-    let count = d.u32()?;
-    if count > 64 {
-        return Err(d.malformed(format!("{count} queues")));
-    }
+    let count = d.count(64, "queues")?;
     for _ in 0..count {
         s.queues.push(QueueConfig {
             max_size: d.u16()?,

@@ -223,6 +223,14 @@ impl<'a> Decoder<'a> {
     pub fn raw(&mut self, n: usize) -> Result<&'a [u8], WireError> {
         self.take(n)
     }
+    /// A count of `what` that may be at most `max`.
+    pub fn count(&mut self, max: u32, what: &str) -> Result<u32, WireError> {
+        let n = self.u32()?;
+        if n > max {
+            return Err(self.malformed(format!("{n} {what}")));
+        }
+        Ok(n)
+    }
     pub fn is_empty(&self) -> bool {
         self.buf.is_empty()
     }
