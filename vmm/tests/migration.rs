@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 
 use common::*;
 use vmm::lifecycle::VmExit;
-use vmm::migration::{MigrationOptions, ReceiveError, SendError};
+use vmm::migration::{error_chain, MigrationOptions, ReceiveError, SendError};
 use vmm::vmm::{VmState, Vmm};
 
 /// Numbers after `prefix` on complete lines (8 hex digits) of `log`.
@@ -105,15 +105,62 @@ where
     (source_end, target_end)
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
+/// Migrates `source` to a VM built from `target_config` over a socket pair; fails the test with
+/// the error chain when either side fails.
+fn migrate(
+    source: &Vmm,
+    target_config: vmm::config::VmConfig,
+    options: &MigrationOptions,
+) -> (vmm::migration::MigrationStats, Vmm) {
+    let (mut source_end, target_end) = UnixStream::pair().expect("socketpair");
+    let target = spawn_target(target_config, target_end);
+    let stats = source
+        .send_migration(&mut source_end, options)
+        .unwrap_or_else(|e| panic!("send: {}", error_chain(&e)));
+    let target = target
+        .join()
+        .expect("target thread")
+        .unwrap_or_else(|e| panic!("restore: {}", error_chain(&e)));
+    (stats, target)
+}
+
+/// Runs a migration of `source` over `source_end` to a target restoring from `target_end` that
+/// must fail on both sides (`why`); returns both errors.
+fn migrate_expecting_failure(
+    source: &Vmm,
+    mut source_end: UnixStream,
+    target: JoinHandle<Result<Vmm, ReceiveError>>,
+    why: &str,
+) -> (SendError, ReceiveError) {
+    let send = source
+        .send_migration(&mut source_end, &MigrationOptions::default())
+        .map(|_| ())
+        .expect_err(why);
+    let receive = target
+        .join()
+        .expect("target thread")
+        .map(|_| ())
+        .expect_err(why);
+    (send, receive)
+}
+
+/// Waits for the counter guest on `serial` to count to `n`.
+fn wait_for_count(serial: &Path, n: u64) -> String {
+    wait_for_serial(serial, &format!("COUNT {n:08x}"), |log| {
+        counts(log).last().is_some_and(|c| *c >= n)
+    })
+}
+
+/// Checks that `source` still runs and its counter guest counts on (two more); returns the log.
+fn assert_counts_on(source: &Vmm, serial: &Path) -> String {
+    assert_eq!(source.state(), VmState::Running);
+    let before = counts(&serial_log(serial))
+        .last()
+        .copied()
+        .expect("a count");
+    wait_for_serial(serial, "counting on", |log| {
+        counts(log).last().is_some_and(|n| *n >= before + 2)
+    })
 }
 
 /// Waits for the memtest guest on `serial` to finish generation `gen`.
@@ -166,15 +213,11 @@ fn live_migration(test: &str, options: &MigrationOptions) -> vmm::migration::Mig
         &["TEST memtest uses virtio-rng"],
     );
 
-    let (mut source_end, target_end) = UnixStream::pair().expect("socketpair");
-    let target = spawn_target(with_rng(config("memtest", &target_serial)), target_end);
-    let stats = source
-        .send_migration(&mut source_end, options)
-        .unwrap_or_else(|e| panic!("send: {}", error_chain(&e)));
-    let mut target = target
-        .join()
-        .expect("target thread")
-        .unwrap_or_else(|e| panic!("restore: {}", error_chain(&e)));
+    let (stats, mut target) = migrate(
+        &source,
+        with_rng(config("memtest", &target_serial)),
+        options,
+    );
     println!(
         "live migration ({options:?}): {} pre-copy rounds, pages per round {:?} (last: stop-and-copy), \
          {} pages / {} bytes sent, downtime {:?}, total {:?}",
@@ -226,24 +269,18 @@ fn paused_counter_guest_is_saved_and_restored() {
     // travels too.
     let source = vmm::builder::build_and_boot(&with_rng(config("counter", &source_serial)))
         .expect("boot source");
-    wait_for_serial(&source_serial, "COUNT 00000003", |log| {
-        counts(log).last().is_some_and(|n| *n >= 3)
-    });
+    wait_for_count(&source_serial, 3);
     source.pause().expect("pause");
     let paused_at = counts(&serial_log(&source_serial))
         .last()
         .copied()
         .expect("a count");
 
-    let (mut source_end, target_end) = UnixStream::pair().expect("socketpair");
-    let target = spawn_target(with_rng(config("counter", &target_serial)), target_end);
-    let stats = source
-        .send_migration(&mut source_end, &MigrationOptions::default())
-        .unwrap_or_else(|e| panic!("send: {}", error_chain(&e)));
-    let mut target = target
-        .join()
-        .expect("target thread")
-        .unwrap_or_else(|e| panic!("restore: {}", error_chain(&e)));
+    let (stats, mut target) = migrate(
+        &source,
+        with_rng(config("counter", &target_serial)),
+        &MigrationOptions::default(),
+    );
     println!(
         "save/restore of a paused VM: pages per round {:?}, {} bytes, {:?}",
         stats.pages_per_round, stats.bytes_sent, stats.total
@@ -304,19 +341,12 @@ fn failed_migration(
         progress(log).is_some_and(|n| n >= 1)
     });
 
-    let (mut source_end, target_end) = relay(mangle, None);
+    let (source_end, target_end) = relay(mangle, None);
     let mut target_config = config(guest, &target_serial);
     target_config.memory.size = target_memory;
     let target = spawn_target(target_config, target_end);
-    let send_error = source
-        .send_migration(&mut source_end, &MigrationOptions::default())
-        .map(|_| ())
-        .expect_err("the migration must fail");
-    let target_error = target
-        .join()
-        .expect("target thread")
-        .map(|_| ())
-        .expect_err("the target must fail");
+    let (send_error, target_error) =
+        migrate_expecting_failure(&source, source_end, target, "the migration must fail");
 
     // A failed migration leaves the VM running on the source: it keeps making progress.
     assert_eq!(source.state(), VmState::Running, "source: {send_error}");
@@ -390,31 +420,15 @@ fn a_target_with_other_devices_is_refused_and_the_source_keeps_running() {
     let target_serial = scratch.path("target.log");
     let mut source = vmm::builder::build_and_boot(&with_rng(config("counter", &source_serial)))
         .expect("boot source");
-    wait_for_serial(&source_serial, "COUNT 00000001", |log| {
-        counts(log).last().is_some_and(|n| *n >= 1)
-    });
-    let (mut source_end, target_end) = UnixStream::pair().expect("socketpair");
+    wait_for_count(&source_serial, 1);
+    let (source_end, target_end) = UnixStream::pair().expect("socketpair");
     let target = spawn_target(config("counter", &target_serial), target_end);
-    let send = source
-        .send_migration(&mut source_end, &MigrationOptions::default())
-        .map(|_| ())
-        .expect_err("the target has no rng device");
-    let receive = target
-        .join()
-        .expect("target thread")
-        .map(|_| ())
-        .expect_err("the target has no rng device");
+    let (send, receive) =
+        migrate_expecting_failure(&source, source_end, target, "the target has no rng device");
     let expected = "virtio device mismatch: the source has types [4], this VM []";
     assert!(receive.to_string().contains(expected), "target: {receive}");
     assert!(error_chain(&send).contains(expected), "source: {send}");
-    assert_eq!(source.state(), VmState::Running);
-    let before = counts(&serial_log(&source_serial))
-        .last()
-        .copied()
-        .expect("a count");
-    wait_for_serial(&source_serial, "counting on", |log| {
-        counts(log).last().is_some_and(|n| *n >= before + 2)
-    });
+    assert_counts_on(&source, &source_serial);
     source.stop();
 }
 
@@ -483,11 +497,9 @@ fn disk_image(path: &Path, size: u64, seed: Option<u8>) {
     std::fs::write(path, bytes).expect("write the disk image");
 }
 
-fn with_disks(
-    mut config: vmm::config::VmConfig,
-    dir: &Scratch,
-    side: &str,
-) -> vmm::config::VmConfig {
+/// The counter guest writing to `serial`, with the disks `side`'s images in `dir` hold.
+fn with_disks(serial: &Path, dir: &Scratch, side: &str) -> vmm::config::VmConfig {
+    let mut config = config("counter", serial);
     for (id, readonly) in [("emptydisk", false), ("shared", false), ("image", true)] {
         config.disks.push(vmm::config::DiskConfig {
             id: id.into(),
@@ -510,31 +522,18 @@ fn writable_disks_are_copied_to_the_target() {
     }
     let source_serial = scratch.path("source.log");
     let target_serial = scratch.path("target.log");
-    let source = vmm::builder::build_and_boot(&with_disks(
-        config("counter", &source_serial),
-        &scratch,
-        "source",
-    ))
-    .expect("boot source");
-    wait_for_serial(&source_serial, "COUNT 00000001", |log| {
-        counts(log).last().is_some_and(|n| *n >= 1)
-    });
-    let (mut source_end, target_end) = UnixStream::pair().expect("socketpair");
-    let target = spawn_target(
-        with_disks(config("counter", &target_serial), &scratch, "target"),
-        target_end,
-    );
+    let source = vmm::builder::build_and_boot(&with_disks(&source_serial, &scratch, "source"))
+        .expect("boot source");
+    wait_for_count(&source_serial, 1);
     let options = MigrationOptions {
         shared_disks: vec!["shared".into()],
         ..MigrationOptions::default()
     };
-    let stats = source
-        .send_migration(&mut source_end, &options)
-        .unwrap_or_else(|e| panic!("send: {}", error_chain(&e)));
-    let mut target = target
-        .join()
-        .expect("target thread")
-        .unwrap_or_else(|e| panic!("restore: {}", error_chain(&e)));
+    let (stats, mut target) = migrate(
+        &source,
+        with_disks(&target_serial, &scratch, "target"),
+        &options,
+    );
     println!(
         "block migration: {} disk blocks, {} bytes in all",
         stats.disk_blocks_sent, stats.bytes_sent
@@ -574,41 +573,18 @@ fn a_target_with_a_smaller_disk_is_refused_and_the_source_keeps_running() {
     disk_image(&scratch.path("target-emptydisk.img"), size / 2, None);
     let source_serial = scratch.path("source.log");
     let target_serial = scratch.path("target.log");
-    let source = vmm::builder::build_and_boot(&with_disks(
-        config("counter", &source_serial),
-        &scratch,
-        "source",
-    ))
-    .expect("boot source");
-    wait_for_serial(&source_serial, "COUNT 00000001", |log| {
-        counts(log).last().is_some_and(|n| *n >= 1)
-    });
-    let (mut source_end, target_end) = UnixStream::pair().expect("socketpair");
-    let target = spawn_target(
-        with_disks(config("counter", &target_serial), &scratch, "target"),
-        target_end,
-    );
-    let send = source
-        .send_migration(&mut source_end, &MigrationOptions::default())
-        .map(|_| ())
-        .expect_err("the target's disk is smaller");
-    let receive = target
-        .join()
-        .expect("target thread")
-        .map(|_| ())
-        .expect_err("the target's disk is smaller");
+    let source = vmm::builder::build_and_boot(&with_disks(&source_serial, &scratch, "source"))
+        .expect("boot source");
+    wait_for_count(&source_serial, 1);
+    let (source_end, target_end) = UnixStream::pair().expect("socketpair");
+    let target = spawn_target(with_disks(&target_serial, &scratch, "target"), target_end);
+    let (send, receive) =
+        migrate_expecting_failure(&source, source_end, target, "the target's disk is smaller");
     let expected = "disk mismatch in virtio slot 0: the source's disk has 1048576 bytes, \
                     disk \"emptydisk\" here 524288";
     assert!(receive.to_string().contains(expected), "target: {receive}");
     assert!(error_chain(&send).contains(expected), "source: {send}");
-    assert_eq!(source.state(), VmState::Running);
-    let before = counts(&serial_log(&source_serial))
-        .last()
-        .copied()
-        .expect("a count");
-    wait_for_serial(&source_serial, "counting on", |log| {
-        counts(log).last().is_some_and(|n| *n >= before + 2)
-    });
+    assert_counts_on(&source, &source_serial);
 }
 
 /// Kills and reaps a child process when dropped (a failing test leaves no VM behind).
@@ -768,9 +744,7 @@ fn a_lost_ready_reply_resumes_the_source() {
     let target_serial = scratch.path("target.log");
     let source =
         vmm::builder::build_and_boot(&config("counter", &source_serial)).expect("boot source");
-    wait_for_serial(&source_serial, "COUNT 00000001", |log| {
-        counts(log).last().is_some_and(|n| *n >= 1)
-    });
+    wait_for_count(&source_serial, 1);
     // Preamble (12 bytes) and the "accepted" REPLY (12-byte header, code, length-prefixed
     // text) reach the source; nothing after.
     let accepted = 12 + 12 + 1 + 4 + "accepted".len();
@@ -786,13 +760,6 @@ fn a_lost_ready_reply_resumes_the_source() {
     if let Ok(mut target) = target.join().expect("target thread") {
         target.stop();
     }
-    assert_eq!(source.state(), VmState::Running);
-    let before = counts(&serial_log(&source_serial))
-        .last()
-        .copied()
-        .expect("a count");
-    let log = wait_for_serial(&source_serial, "counting on the source", |log| {
-        counts(log).last().is_some_and(|n| *n >= before + 2)
-    });
+    let log = assert_counts_on(&source, &source_serial);
     assert_consecutive(&counts(&log), "counter", &log);
 }
