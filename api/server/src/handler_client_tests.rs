@@ -23,28 +23,36 @@ fn openssl(dir: &Path, args: &[&str]) {
     assert!(out.status.success(), "openssl {args:?}: {out:?}");
 }
 
+/// `openssl req` with a new P-256 key into `key` and `subject`: a certificate request into
+/// `out`, or with `extra` = `-x509 …` a self-signed certificate.
+fn new_key_and_request(dir: &Path, extra: &[&str], key: &str, out: &str, subject: &str) {
+    let mut args = vec!["req"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&[
+        "-new",
+        "-nodes",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-keyout",
+        key,
+        "-out",
+        out,
+        "-subj",
+        subject,
+    ]);
+    openssl(dir, &args);
+}
+
 fn ca(dir: &Path, name: &str) {
     std::fs::create_dir_all(dir).unwrap();
-    openssl(
+    new_key_and_request(
         dir,
-        &[
-            "req",
-            "-x509",
-            "-new",
-            "-nodes",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-            "-days",
-            "2",
-            "-subj",
-            &format!("/CN={name}"),
-        ],
+        &["-x509", "-days", "2"],
+        "ca.key",
+        "ca.crt",
+        &format!("/CN={name}"),
     );
 }
 
@@ -57,24 +65,7 @@ fn leaf(dir: &Path, name: &str, subject: &str, extensions: &str) {
         format!("{name}/tls.crt"),
         format!("{name}/ext"),
     );
-    openssl(
-        dir,
-        &[
-            "req",
-            "-new",
-            "-nodes",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-keyout",
-            &key,
-            "-out",
-            &csr,
-            "-subj",
-            subject,
-        ],
-    );
+    new_key_and_request(dir, &[], &key, &csr, subject);
     std::fs::write(dir.join(&ext), extensions).unwrap();
     openssl(
         dir,
