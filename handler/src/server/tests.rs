@@ -24,6 +24,28 @@ fn openssl(dir: &Path, args: &[&str]) {
     assert!(out.status.success(), "openssl {args:?}: {out:?}");
 }
 
+/// `openssl req` with a new P-256 key into `key` and `subject`: a certificate request into
+/// `out`, or with `extra` = `-x509 …` a self-signed certificate.
+fn new_key_and_request(dir: &Path, extra: &[&str], key: &str, out: &str, subject: &str) {
+    let mut args = vec!["req"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&[
+        "-new",
+        "-nodes",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-keyout",
+        key,
+        "-out",
+        out,
+        "-subj",
+        subject,
+    ]);
+    openssl(dir, &args);
+}
+
 /// Signs a certificate for `subject` with the CA in `dir` (`ca.crt`, `ca.key`) into
 /// `dir/<name>/` as a Secret holds it (`tls.crt`, `tls.key`, `ca.crt`).
 fn leaf(dir: &Path, name: &str, subject: &str, extensions: &str) {
@@ -32,24 +54,7 @@ fn leaf(dir: &Path, name: &str, subject: &str, extensions: &str) {
     let csr = format!("{name}/tls.csr");
     let crt = format!("{name}/tls.crt");
     let ext = format!("{name}/ext");
-    openssl(
-        dir,
-        &[
-            "req",
-            "-new",
-            "-nodes",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-keyout",
-            &key,
-            "-out",
-            &csr,
-            "-subj",
-            subject,
-        ],
-    );
+    new_key_and_request(dir, &[], &key, &csr, subject);
     std::fs::write(dir.join(&ext), extensions).unwrap();
     openssl(
         dir,
@@ -78,26 +83,12 @@ fn leaf(dir: &Path, name: &str, subject: &str, extensions: &str) {
 /// certificate (`client/`).
 fn certificates(dir: &Path, ca_name: &str) {
     std::fs::create_dir_all(dir).unwrap();
-    openssl(
+    new_key_and_request(
         dir,
-        &[
-            "req",
-            "-x509",
-            "-new",
-            "-nodes",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-            "-days",
-            "2",
-            "-subj",
-            &format!("/CN={ca_name}"),
-        ],
+        &["-x509", "-days", "2"],
+        "ca.key",
+        "ca.crt",
+        &format!("/CN={ca_name}"),
     );
     leaf(
         dir,
