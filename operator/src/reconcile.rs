@@ -405,6 +405,29 @@ fn set_condition(conditions: &mut Vec<Condition>, mut condition: Condition) {
     }
 }
 
+/// Sets Available (with its own message), Progressing and Degraded (false: an install on its
+/// way is not degraded), all for `reason`.
+fn set_install_conditions(
+    conditions: &mut Vec<Condition>,
+    reason: &str,
+    (available, available_message): (bool, &str),
+    progressing: bool,
+    message: &str,
+) {
+    set_condition(
+        conditions,
+        Condition::new("Available", available, reason, available_message),
+    );
+    set_condition(
+        conditions,
+        Condition::new("Progressing", progressing, reason, message),
+    );
+    set_condition(
+        conditions,
+        Condition::new("Degraded", false, reason, message),
+    );
+}
+
 /// The status for where the install is (pure: tested without a cluster).
 pub fn next_status(
     current: &KubeVirtStatus,
@@ -427,19 +450,13 @@ pub fn next_status(
         status.phase = Some(KubeVirtPhase::Deployed);
         status.observed_kube_virt_version = Some(cfg.image_tag.clone());
         status.observed_kube_virt_registry = Some(cfg.image_prefix.clone());
-        let reason = "AllComponentsReady";
         let message = "All components are ready.";
-        set_condition(
+        set_install_conditions(
             &mut status.conditions,
-            Condition::new("Available", true, reason, message),
-        );
-        set_condition(
-            &mut status.conditions,
-            Condition::new("Progressing", false, reason, message),
-        );
-        set_condition(
-            &mut status.conditions,
-            Condition::new("Degraded", false, reason, message),
+            "AllComponentsReady",
+            (true, message),
+            false,
+            message,
         );
     } else {
         status.phase = Some(KubeVirtPhase::Deploying);
@@ -464,17 +481,12 @@ pub fn next_status(
         } else {
             "Not all components are ready yet."
         };
-        set_condition(
+        set_install_conditions(
             &mut status.conditions,
-            Condition::new("Available", ready.available, reason, available_message),
-        );
-        set_condition(
-            &mut status.conditions,
-            Condition::new("Progressing", true, reason, &message),
-        );
-        set_condition(
-            &mut status.conditions,
-            Condition::new("Degraded", false, reason, &message),
+            reason,
+            (ready.available, available_message),
+            true,
+            &message,
         );
     }
     status
@@ -495,10 +507,15 @@ async fn patch_status(ctx: &Context, kv: &KubeVirt, status: KubeVirtStatus) -> R
     Ok(())
 }
 
-async fn add_finalizer(ctx: &Context, kv: &KubeVirt) -> Result<(), Error> {
+/// Sets the CR's finalizers to `finalizers`, only if it is still the version read (`action`
+/// names the change in the error).
+async fn patch_finalizers(
+    ctx: &Context,
+    kv: &KubeVirt,
+    finalizers: Vec<String>,
+    action: &'static str,
+) -> Result<(), Error> {
     let api: Api<KubeVirt> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-    let mut finalizers = kv.finalizers().to_vec();
-    finalizers.push(FINALIZER.to_string());
     let patch = json!({"metadata": {"finalizers": finalizers,
                                      "resourceVersion": kv.resource_version()}});
     api.patch(
@@ -507,12 +524,14 @@ async fn add_finalizer(ctx: &Context, kv: &KubeVirt) -> Result<(), Error> {
         &Patch::Merge(patch),
     )
     .await
-    .map_err(kube_error(
-        "adding the finalizer to",
-        "KubeVirt",
-        &kv.name_any(),
-    ))?;
+    .map_err(kube_error(action, "KubeVirt", &kv.name_any()))?;
     Ok(())
+}
+
+async fn add_finalizer(ctx: &Context, kv: &KubeVirt) -> Result<(), Error> {
+    let mut finalizers = kv.finalizers().to_vec();
+    finalizers.push(FINALIZER.to_string());
+    patch_finalizers(ctx, kv, finalizers, "adding the finalizer to").await
 }
 
 /// Installs or upgrades, and reports how far it got.
@@ -673,26 +692,13 @@ async fn uninstall(kv: &KubeVirt, ctx: &Context) -> Result<Action, Error> {
     // And whatever an earlier version installed that this one does not.
     prune(ctx, &[]).await?;
     // 3. The finalizer.
-    let api: Api<KubeVirt> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     let finalizers: Vec<String> = kv
         .finalizers()
         .iter()
         .filter(|f| *f != FINALIZER)
         .cloned()
         .collect();
-    let patch = json!({"metadata": {"finalizers": finalizers,
-                                     "resourceVersion": kv.resource_version()}});
-    api.patch(
-        &kv.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(patch),
-    )
-    .await
-    .map_err(kube_error(
-        "removing the finalizer of",
-        "KubeVirt",
-        &kv.name_any(),
-    ))?;
+    patch_finalizers(ctx, kv, finalizers, "removing the finalizer of").await?;
     log::info!("Ferrovirt removed");
     Ok(Action::await_change())
 }
