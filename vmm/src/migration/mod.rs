@@ -54,6 +54,7 @@ pub mod wire;
 
 use std::io::{Read, Write};
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use log::warn;
@@ -62,6 +63,7 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryError, Guest
 use crate::builder::{build_machine, Machine, StartVmError};
 use crate::config::VmConfig;
 use crate::devices::virtio::block::{DiskHandle, DIRTY_BLOCK};
+use crate::devices::virtio::mmio::MmioTransport;
 use crate::lifecycle::Requested;
 use crate::vmm::{VmState, Vmm};
 use crate::vstate::memory::{
@@ -285,6 +287,19 @@ impl Hello {
             disks,
         })
     }
+}
+
+/// The virtio device type of each transport, in slot order.
+fn device_types(virtio: &[Arc<Mutex<MmioTransport>>]) -> Vec<u32> {
+    virtio
+        .iter()
+        .map(|t| {
+            t.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .state()
+                .device_type
+        })
+        .collect()
 }
 
 fn ranges(mem: &GuestMemoryMmap) -> Vec<(u64, u64)> {
@@ -601,17 +616,7 @@ impl Vmm {
         let hello = Hello {
             ranges: ranges(&mem),
             vcpus: self.vcpu_fds.len() as u32,
-            devices: self
-                .devices
-                .virtio
-                .iter()
-                .map(|t| {
-                    t.lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .state()
-                        .device_type
-                })
-                .collect(),
+            devices: device_types(&self.devices.virtio),
             paused: was_paused,
             disks: Vec::new(),
         };
@@ -880,16 +885,7 @@ fn check_hello(machine: &Machine, hello: &Hello) -> Result<(), ReceiveError> {
             target_vcpus: u32::from(machine.vcpu_count),
         });
     }
-    let devices: Vec<u32> = machine
-        .virtio
-        .iter()
-        .map(|t| {
-            t.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .state()
-                .device_type
-        })
-        .collect();
+    let devices = device_types(&machine.virtio);
     if hello.devices != devices {
         return Err(ReceiveError::DeviceMismatch {
             source_devices: hello.devices.clone(),
