@@ -171,6 +171,23 @@ fn wait_for_gen(serial: &Path, gen: u64) -> String {
     })
 }
 
+/// Waits for the migrated memtest guest to finish two more generations on the target and checks
+/// that its output continues the source's (even mid-line): one consecutive run of generations,
+/// each checked against the previous one, no restart, no failure.
+fn assert_memtest_goes_on(source_serial: &Path, target_serial: &Path) {
+    let source_log = serial_log(source_serial);
+    let last_on_source = gens(&source_log).last().copied().expect("a generation");
+    let target_log = wait_for_gen(target_serial, last_on_source + 2);
+    let combined = format!("{source_log}{target_log}");
+    assert_eq!(
+        combined.matches("TEST memtest start").count(),
+        1,
+        "the guest restarted; log:\n{combined}"
+    );
+    assert!(!combined.contains("FAIL"), "log:\n{combined}");
+    assert_consecutive(&gens(&combined), "generation", &combined);
+}
+
 #[test]
 fn live_migration_keeps_the_memtest_guest_checking() {
     let stats = live_migration("migrate-live", &MigrationOptions::default());
@@ -230,19 +247,7 @@ fn live_migration(test: &str, options: &MigrationOptions) -> vmm::migration::Mig
     );
     assert_eq!(source.state(), VmState::Stopped(VmExit::Stopped));
 
-    let source_log = serial_log(&source_serial);
-    let last_on_source = gens(&source_log).last().copied().expect("a generation");
-    let target_log = wait_for_gen(&target_serial, last_on_source + 2);
-    // The target's output continues the source's (even mid-line): one consecutive run of
-    // generations, each checked against the previous one, no restart, no failure.
-    let combined = format!("{source_log}{target_log}");
-    assert_eq!(
-        combined.matches("TEST memtest start").count(),
-        1,
-        "the guest restarted; log:\n{combined}"
-    );
-    assert!(!combined.contains("FAIL"), "log:\n{combined}");
-    assert_consecutive(&gens(&combined), "generation", &combined);
+    assert_memtest_goes_on(&source_serial, &target_serial);
     wait_for_serial(
         &target_serial,
         "two virtio-rng answers on the target",
@@ -661,16 +666,7 @@ fn two_vmm_processes_migrate_over_a_unix_socket() {
     );
     assert!(source_err.contains("vmm: VM migrated to "), "{source_err}");
 
-    let source_log = serial_log(&source_serial);
-    let last_on_source = gens(&source_log).last().copied().expect("a generation");
-    let target_log = wait_for_gen(&target_serial, last_on_source + 2);
-    let combined = format!("{source_log}{target_log}");
-    assert_eq!(
-        combined.matches("TEST memtest start").count(),
-        1,
-        "{combined}"
-    );
-    assert_consecutive(&gens(&combined), "generation", &combined);
+    assert_memtest_goes_on(&source_serial, &target_serial);
 
     // The target process runs the VM on: SIGTERM shuts its guest down gracefully.
     target.signal(libc::SIGTERM);
