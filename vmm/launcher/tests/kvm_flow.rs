@@ -2,7 +2,8 @@
 //! guest of `guest-images/test-guests` as its kernel (a standard Linux guest cannot boot on this
 //! host's PVM `/dev/kvm`, so the backend is forced with `--backend kvm`): SyncVMI, Running, the
 //! guest's counter on `console-sock`, Pause (it stops), Unpause (it goes on), Shutdown (the guest
-//! sees Ctrl-Alt-Del on its i8042 and powers off within the grace period).
+//! sees Ctrl-Alt-Del on its i8042 and powers off within the grace period); Reset (a hardware
+//! reset in place: the guest starts over, its counter from 0, and the VMI stays running).
 
 mod common;
 
@@ -35,6 +36,103 @@ async fn wait_count_above(console: &ConsoleReader, above: u64, timeout: Duration
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// The `COUNT` values printed after the first `skip` bytes of the console.
+fn counts_after(console: &ConsoleReader, skip: usize) -> Vec<u64> {
+    let text = console.text();
+    text.get(skip..)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("COUNT "))
+        .filter_map(|n| u64::from_str_radix(n.trim(), 16).ok())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_restarts_the_counter_guest_in_place() {
+    let counter = artifacts()
+        .require("test-guests/counter.elf")
+        .unwrap_or_else(|e| panic!("{e} (run `guest-images/build.sh` as root)"));
+    assert!(
+        std::path::Path::new("/dev/kvm").exists(),
+        "/dev/kvm is missing: the KVM backend needs it"
+    );
+    let dirs = TestDirs::new("kvm-reset");
+    let mut process = LauncherProcess::start(&dirs, &counter, None, &["--backend", "kvm"]);
+    let mut client = client(&dirs).await;
+    let console = ConsoleReader::connect(&dirs);
+    let vmi = serde_json::json!({
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": { "name": "vmi-reset", "namespace": "default" },
+        "spec": {
+            "domain": {
+                "devices": { "autoattachPodInterface": false },
+                "memory": { "guest": "64Mi" }
+            }
+        }
+    });
+    if let Err(status) = client
+        .sync_vmi(v1::SyncVmiRequest {
+            vmi_json: serde_json::to_vec(&vmi).expect("json"),
+            options: Some(v1::SyncOptions {
+                use_emulation: false,
+                notify_socket: String::new(),
+            }),
+        })
+        .await
+    {
+        panic!("SyncVMI: {status}\nlauncher log:\n{}", process.log_text());
+    }
+    wait_state(&mut client, DomainState::Running, Duration::from_secs(10)).await;
+    // The VMM keeps what the guest printed before the relay connected: the first line is there.
+    console
+        .wait_for("TEST counter start", Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let before = wait_count_above(&console, 5, Duration::from_secs(60)).await;
+    let mark = console.text().len();
+
+    let domain = match client.reset(v1::VmiRequest::default()).await {
+        Ok(response) => response.into_inner().domain.expect("domain"),
+        Err(status) => panic!("Reset: {status}\nlauncher log:\n{}", process.log_text()),
+    };
+    assert_eq!(
+        domain.state,
+        DomainState::Running as i32,
+        "{}",
+        domain.reason
+    );
+
+    // The guest starts over: a new start line, then its counter from 0 again.
+    let start = Instant::now();
+    let after = loop {
+        let counts = counts_after(&console, mark);
+        if counts.iter().any(|c| *c >= 3) {
+            break counts;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the counter did not go on after Reset:\n{}",
+            console.text()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let restarted = console.text()[mark..].contains("TEST counter start");
+    assert!(
+        restarted,
+        "no new start line after Reset:\n{}",
+        console.text()
+    );
+    let first = after.iter().position(|c| *c == 0);
+    assert!(
+        first.is_some_and(|i| after[i..].windows(2).all(|w| w[1] == w[0] + 1)),
+        "the counter did not restart from 0 after Reset (it was at {before}): {after:?}"
+    );
+    println!("KVM Reset: counter was at {before}, after the reset {after:?}");
+    let domain = wait_state(&mut client, DomainState::Running, Duration::from_secs(1)).await;
+    assert!(domain.reason.contains("reset"), "{}", domain.reason);
+    assert!(process.alive(), "the launcher exited after Reset");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -86,9 +184,6 @@ async fn counter_guest_on_kvm() {
     );
     wait_state(&mut client, DomainState::Running, Duration::from_secs(10)).await;
     let first = wait_count_above(&console, 2, Duration::from_secs(60)).await;
-    // The relay connects the moment the VMM's serial socket appears, but the VMM runs its
-    // vCPUs at once and drops output while no client is connected, so the very first bytes
-    // ("TEST counter start") are not guaranteed; the counter is.
     println!(
         "KVM counter guest: COUNT {first} on the console {:?} after SyncVMI",
         started.elapsed()

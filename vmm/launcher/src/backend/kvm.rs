@@ -1,15 +1,16 @@
 //! The KVM backend: the in-process rust-vmm VMM of the `vmm` crate.
 //!
-//! `vmm::builder::build_and_boot` builds the VM and starts its vCPUs at once; the returned
-//! `vmm::vmm::Vmm` pauses, resumes, asks the guest to shut down (Ctrl-Alt-Del on its i8042) and
-//! stops it, and records why the VM stopped (`VmExit`). The VMM serves the serial port on the
-//! socket of the config; the launcher's console relay connects to it right after the build.
-//! Limitation: the VMM has no "build paused" mode yet, so output the guest prints before the relay
-//! has connected (well under a millisecond after the socket appears) can be lost.
+//! `vmm::builder::build_and_boot_with` builds the VM and starts its vCPUs at once; the returned
+//! `vmm::vmm::Vmm` pauses, resumes, resets in place, asks the guest to shut down (Ctrl-Alt-Del on
+//! its i8042) and stops it, and records why the VM stopped (`VmExit`). The VM is booted with
+//! `ResetPolicy::RESTART`, KubeVirt's behaviour: a guest that reboots (or triple-faults) restarts
+//! in place and the VMI stays running; the Reset RPC does the same from the host.
+//! The VMM serves the serial port on the socket of the config and keeps what the guest printed
+//! while no client was connected, so the launcher's console relay sees the guest's first bytes.
 
-use vmm::builder::{build_and_boot, StartVmError};
+use vmm::builder::{build_and_boot_with, StartVmError};
 use vmm::config::VmConfig;
-use vmm::lifecycle::VmExit;
+use vmm::lifecycle::{ResetPolicy, VmExit};
 use vmm::vmm::{VmState, Vmm};
 
 use super::{process_stats, Backend, BackendError, BackendKind, VmStatus, VmmStats};
@@ -22,9 +23,9 @@ pub struct KvmVm {
 }
 
 impl KvmVm {
-    /// Builds and boots the VM.
+    /// Builds and boots the VM; guest reboots restart it in place.
     pub fn start(config: &VmConfig) -> Result<KvmVm, StartVmError> {
-        let vmm = build_and_boot(config)?;
+        let vmm = build_and_boot_with(config, ResetPolicy::RESTART)?;
         Ok(KvmVm {
             vmm,
             host_stop: None,
@@ -72,6 +73,9 @@ impl Backend for KvmVm {
         if self.vmm.state() == VmState::Paused {
             Self::lifecycle(self.vmm.resume())?;
         }
+        // A guest that answers Ctrl-Alt-Del by rebooting is done shutting down: its reset
+        // ends the VM instead of restarting it (as the QEMU backend does).
+        self.vmm.set_reset_policy(ResetPolicy::default());
         self.vmm.request_shutdown();
         Ok(())
     }
@@ -86,7 +90,7 @@ impl Backend for KvmVm {
     }
 
     fn reset(&mut self) -> Result<(), BackendError> {
-        Err(BackendError::Unsupported("a hardware reset"))
+        Self::lifecycle(self.vmm.reset())
     }
 
     fn poll(&mut self) -> VmStatus {

@@ -378,7 +378,12 @@ impl Launcher {
         self.with_vm(vmi, |this, vm| {
             Self::require_live(vm)?;
             vm.backend.reset()?;
-            this.set_state(vm, DomainState::Running, "reset by the handler");
+            // A paused VM stays paused through a reset.
+            let state = match vm.backend.poll() {
+                VmStatus::Paused => DomainState::Paused,
+                _ => DomainState::Running,
+            };
+            this.set_state(vm, state, "reset by the handler");
             Ok(this.domain(vm))
         })
     }
