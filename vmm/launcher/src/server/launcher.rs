@@ -83,6 +83,9 @@ struct Vm {
     /// Whether the VM has disks it writes to (they go with a migration).
     writable_disks: bool,
     migration: Option<MigrationTrack>,
+    /// The serial socket the console relay attaches to once the VM has arrived (KVM migration
+    /// target: the VMM creates it when the stream builds the VM).
+    console_after_migration: Option<PathBuf>,
 }
 
 /// The launcher's record of the VM's current or last migration.
@@ -239,11 +242,6 @@ impl Launcher {
                 ),
             };
         }
-        if incoming && choice.kind != BackendKind::QemuTcg {
-            return Err(SyncError::Migration(
-                "the KVM backend cannot receive a live migration yet",
-            ));
-        }
         let facts = self.settings.host_facts(kvm == KvmCapability::Hardware);
         let config = converter::convert(&vmi, &facts)?;
         check_sockets(&config, &facts)?;
@@ -257,12 +255,16 @@ impl Launcher {
             }
         }
         // The KVM VMM runs its vCPUs as soon as it is built: connect the console relay while it
-        // builds, the moment its serial socket appears, so the first bytes are not lost. QEMU
-        // waits with stopped vCPUs (`-S`) until the relay is attached.
+        // builds, the moment its serial socket appears. QEMU waits with stopped vCPUs (`-S`)
+        // until the relay is attached. A KVM migration target builds its VM only when the
+        // stream arrives: the relay attaches then (the VMM keeps the output meanwhile).
         let serial = match &config.serial {
             ConsoleConfig::Socket { path } => Some(path.clone()),
             _ => None,
         };
+        let kvm_incoming = incoming && choice.kind == BackendKind::Kvm;
+        let console_after_migration = serial.clone().filter(|_| kvm_incoming);
+        let serial = serial.filter(|_| !kvm_incoming);
         let early_attach = match (&serial, choice.kind) {
             (Some(path), BackendKind::Kvm) => {
                 let _ = std::fs::remove_file(path);
@@ -318,6 +320,7 @@ impl Launcher {
             backend,
             writable_disks,
             migration,
+            console_after_migration,
         };
         self.set_state(&mut vm, state, reason);
         let domain = self.domain(&mut vm);
@@ -559,6 +562,11 @@ impl Launcher {
         match (target, progress.phase) {
             (true, MigrationPhase::Completed) => match vm.backend.resume() {
                 Ok(()) => {
+                    if let Some(path) = vm.console_after_migration.take() {
+                        if let Err(e) = self.relay.attach(&path, CONSOLE_ATTACH_TIMEOUT) {
+                            log::warn!("the console of the migrated VM: {e}");
+                        }
+                    }
                     vm.info.started = Instant::now();
                     self.set_state(vm, DomainState::Running, "migrated in");
                 }
@@ -581,7 +589,7 @@ impl Launcher {
                 self.set_state(vm, DomainState::Shutoff, reason);
             }
             (false, _) => {
-                // QEMU runs the VM again by itself after a failed or cancelled migration.
+                // Both backends run the VM again by themselves after a failed or cancelled migration.
                 let _ = vm.backend.resume();
                 let reason = format!("the migration failed, the VM runs here: {}", progress.error);
                 self.set_state(vm, DomainState::Running, &reason);
@@ -626,6 +634,9 @@ fn start_backend(
             std::fs::create_dir_all(run_dir)
                 .map_err(|e| SyncError::RunDir(run_dir.to_path_buf(), e))?;
             crate::backend::check_files(config).map_err(SyncError::MissingFile)?;
+            if incoming {
+                return Ok(Box::new(KvmVm::start_incoming(config)));
+            }
             Ok(Box::new(KvmVm::start(config)?))
         }
     }
