@@ -40,8 +40,6 @@ pub enum SyncError {
     Boot(#[source] BackendError),
     #[error("this launcher already runs VMI {0:?}")]
     OtherVmi(String),
-    #[error("{0}")]
-    Migration(&'static str),
 }
 
 impl SyncError {
@@ -56,7 +54,7 @@ impl SyncError {
             | SyncError::Qemu(QemuStartError::QemuMissing)
             | SyncError::Qemu(QemuStartError::MissingFile(_)) => Code::FailedPrecondition,
             SyncError::Network(e) if e.is_precondition() => Code::FailedPrecondition,
-            SyncError::OtherVmi(_) | SyncError::Migration(_) => Code::FailedPrecondition,
+            SyncError::OtherVmi(_) => Code::FailedPrecondition,
             _ => Code::Internal,
         }
     }
