@@ -61,6 +61,28 @@ fn domain_response(domain: v1::Domain) -> v1::DomainResponse {
     }
 }
 
+impl LauncherService {
+    /// Runs one launcher operation on a blocking task and answers with the domain it leaves;
+    /// a failure is logged with its causes under the RPC's name and translated ([`error`]).
+    async fn domain_call<E>(
+        &self,
+        rpc: &'static str,
+        op: impl FnOnce(&Launcher) -> Result<v1::Domain, E> + Send + 'static,
+    ) -> Result<Response<v1::DomainResponse>, Status>
+    where
+        E: std::error::Error + Into<Status>,
+    {
+        let launcher = Arc::clone(&self.launcher);
+        blocking(move || {
+            op(&launcher).map(domain_response).map_err(|e| {
+                log::warn!("{rpc}: {}", error::chain(&e));
+                e.into()
+            })
+        })
+        .await
+    }
+}
+
 #[tonic::async_trait]
 impl v1::launcher_server::Launcher for LauncherService {
     async fn info(
@@ -77,17 +99,9 @@ impl v1::launcher_server::Launcher for LauncherService {
         &self,
         request: Request<v1::SyncVmiRequest>,
     ) -> Result<Response<v1::DomainResponse>, Status> {
-        let launcher = Arc::clone(&self.launcher);
         let request = request.into_inner();
-        blocking(move || {
-            let options = request.options.unwrap_or_default();
-            launcher
-                .sync_vmi(&request.vmi_json, &options)
-                .map(domain_response)
-                .map_err(|e| {
-                    log::warn!("SyncVMI: {}", error::chain(&e));
-                    Status::from(e)
-                })
+        self.domain_call("SyncVMI", move |launcher| {
+            launcher.sync_vmi(&request.vmi_json, &request.options.unwrap_or_default())
         })
         .await
     }
@@ -96,43 +110,27 @@ impl v1::launcher_server::Launcher for LauncherService {
         &self,
         request: Request<v1::VmiRequest>,
     ) -> Result<Response<v1::DomainResponse>, Status> {
-        let launcher = Arc::clone(&self.launcher);
         let vmi = request.into_inner().vmi;
-        blocking(move || {
-            launcher
-                .pause(&vmi)
-                .map(domain_response)
-                .map_err(Status::from)
-        })
-        .await
+        self.domain_call("Pause", move |launcher| launcher.pause(&vmi))
+            .await
     }
 
     async fn unpause(
         &self,
         request: Request<v1::VmiRequest>,
     ) -> Result<Response<v1::DomainResponse>, Status> {
-        let launcher = Arc::clone(&self.launcher);
         let vmi = request.into_inner().vmi;
-        blocking(move || {
-            launcher
-                .unpause(&vmi)
-                .map(domain_response)
-                .map_err(Status::from)
-        })
-        .await
+        self.domain_call("Unpause", move |launcher| launcher.unpause(&vmi))
+            .await
     }
 
     async fn shutdown(
         &self,
         request: Request<v1::ShutdownRequest>,
     ) -> Result<Response<v1::DomainResponse>, Status> {
-        let launcher = Arc::clone(&self.launcher);
         let request = request.into_inner();
-        blocking(move || {
-            launcher
-                .shutdown(&request.vmi, request.grace_period_seconds)
-                .map(domain_response)
-                .map_err(Status::from)
+        self.domain_call("Shutdown", move |launcher| {
+            launcher.shutdown(&request.vmi, request.grace_period_seconds)
         })
         .await
     }
@@ -141,30 +139,18 @@ impl v1::launcher_server::Launcher for LauncherService {
         &self,
         request: Request<v1::VmiRequest>,
     ) -> Result<Response<v1::DomainResponse>, Status> {
-        let launcher = Arc::clone(&self.launcher);
         let vmi = request.into_inner().vmi;
-        blocking(move || {
-            launcher
-                .kill(&vmi)
-                .map(domain_response)
-                .map_err(Status::from)
-        })
-        .await
+        self.domain_call("Kill", move |launcher| launcher.kill(&vmi))
+            .await
     }
 
     async fn reset(
         &self,
         request: Request<v1::VmiRequest>,
     ) -> Result<Response<v1::DomainResponse>, Status> {
-        let launcher = Arc::clone(&self.launcher);
         let vmi = request.into_inner().vmi;
-        blocking(move || {
-            launcher
-                .reset(&vmi)
-                .map(domain_response)
-                .map_err(Status::from)
-        })
-        .await
+        self.domain_call("Reset", move |launcher| launcher.reset(&vmi))
+            .await
     }
 
     async fn get_domain(
@@ -184,17 +170,10 @@ impl v1::launcher_server::Launcher for LauncherService {
         &self,
         request: Request<v1::SyncVmiRequest>,
     ) -> Result<Response<v1::DomainResponse>, Status> {
-        let launcher = Arc::clone(&self.launcher);
         let request = request.into_inner();
-        blocking(move || {
-            let options = request.options.unwrap_or_default();
+        self.domain_call("PrepareMigrationTarget", move |launcher| {
             launcher
-                .prepare_migration_target(&request.vmi_json, &options)
-                .map(domain_response)
-                .map_err(|e| {
-                    log::warn!("PrepareMigrationTarget: {}", error::chain(&e));
-                    Status::from(e)
-                })
+                .prepare_migration_target(&request.vmi_json, &request.options.unwrap_or_default())
         })
         .await
     }
@@ -203,31 +182,18 @@ impl v1::launcher_server::Launcher for LauncherService {
         &self,
         request: Request<v1::MigrateRequest>,
     ) -> Result<Response<v1::DomainResponse>, Status> {
-        let launcher = Arc::clone(&self.launcher);
         let request = request.into_inner();
-        blocking(move || {
-            launcher
-                .migrate(&request)
-                .map(domain_response)
-                .map_err(|e| {
-                    log::warn!("Migrate: {}", error::chain(&e));
-                    Status::from(e)
-                })
-        })
-        .await
+        self.domain_call("Migrate", move |launcher| launcher.migrate(&request))
+            .await
     }
 
     async fn cancel_migration(
         &self,
         request: Request<v1::VmiRequest>,
     ) -> Result<Response<v1::DomainResponse>, Status> {
-        let launcher = Arc::clone(&self.launcher);
         let vmi = request.into_inner().vmi;
-        blocking(move || {
-            launcher
-                .cancel_migration(&vmi)
-                .map(domain_response)
-                .map_err(Status::from)
+        self.domain_call("CancelMigration", move |launcher| {
+            launcher.cancel_migration(&vmi)
         })
         .await
     }
