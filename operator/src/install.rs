@@ -165,10 +165,13 @@ fn apply_rank(object: &Value) -> u8 {
         "ServiceAccount" => 1,
         "ClusterRole" | "Role" => 2,
         "ClusterRoleBinding" | "RoleBinding" => 3,
-        "Secret" | "ConfigMap" => 4,
-        "Service" => 5,
-        "Deployment" | "DaemonSet" => 6,
-        _ => 7,
+        // The trust bundle goes out before the certificates a new CA signed, so a client
+        // trusts a rotated CA before any server presents a certificate from it.
+        "ConfigMap" => 4,
+        "Secret" => 5,
+        "Service" => 6,
+        "Deployment" | "DaemonSet" => 7,
+        _ => 8,
     }
 }
 
@@ -281,6 +284,8 @@ mod tests {
         }
         assert!(at("ClusterRole/virt-api") < at("Secret/kubevirt-ca"));
         assert!(at("Secret/kubevirt-virt-api-certs") < at("Deployment/virt-api"));
+        assert!(at("ConfigMap/kubevirt-ca") < at("Secret/kubevirt-ca"));
+        assert!(at("ConfigMap/kubevirt-ca") < at("Secret/kubevirt-virt-api-certs"));
         assert!(at("ConfigMap/kubevirt-ca") < at("DaemonSet/virt-handler"));
         assert!(at("Deployment/virt-api") < at("APIService/v1.subresources.kubevirt.io"));
         assert!(

@@ -112,6 +112,7 @@ async fn certificates_rotate_before_expiry_and_virt_api_stays_reachable() {
         },
     )
     .await;
+    // The operator publishes the bundle before the Secrets, so it already leads with the new CA.
     let both = bundle(&client).await;
     assert!(both.starts_with(&ca1), "the bundle starts with the new CA");
     assert!(both.contains(&ca0), "the bundle keeps the old CA");
