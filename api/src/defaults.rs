@@ -105,13 +105,10 @@ pub fn default_replica_set(rs: &mut VirtualMachineInstanceReplicaSet) {
 /// A migration has nothing to default; kept for symmetry with the webhook's dispatch.
 pub fn default_migration(_: &mut VirtualMachineInstanceMigration) {}
 
-/// Fills in the defaults of a KubeVirt CR: `uninstallStrategy` is
-/// `BlockUninstallIfWorkloadsExist`, as in KubeVirt.
-pub fn default_kubevirt(kv: &mut KubeVirt) {
-    kv.spec
-        .uninstall_strategy
-        .get_or_insert_with(|| "BlockUninstallIfWorkloadsExist".to_string());
-}
+/// A KubeVirt CR has nothing to default. KubeVirt leaves `uninstallStrategy` empty (its own
+/// e2e tests set `BlockUninstallIfWorkloadsExist` explicitly), so an empty one blocks nothing
+/// whether the CR was created before or after virt-api's webhooks.
+pub fn default_kubevirt(_: &mut KubeVirt) {}
 
 #[cfg(test)]
 mod tests {

@@ -1,5 +1,6 @@
 //! `KubeVirt`: the CR that virt-operator installs Ferrovirt from.
 
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -41,7 +42,8 @@ pub struct KubeVirtSpec {
     pub image_registry: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_pull_policy: Option<String>,
-    /// `RemoveWorkloads` (default) or `BlockUninstallIfWorkloadsExist`.
+    /// `RemoveWorkloads` or `BlockUninstallIfWorkloadsExist`; empty (KubeVirt's default) blocks
+    /// nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uninstall_strategy: Option<String>,
     #[serde(flatten)]
@@ -54,8 +56,115 @@ pub struct KubeVirtSpec {
 pub struct KubeVirtConfiguration {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub developer_configuration: Option<DeveloperConfiguration>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migrations: Option<MigrationConfiguration>,
     #[serde(flatten)]
     pub other: Other,
+}
+
+/// How live migrations run (`v1.MigrationConfiguration`). Unset fields take KubeVirt's
+/// defaults, which [`MigrationConfiguration`]'s accessors return.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MigrationConfiguration {
+    /// Migrations under way in the whole cluster at most (5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel_migrations_per_cluster: Option<u32>,
+    /// Migrations leaving one node at most (2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel_outbound_migrations_per_node: Option<u32>,
+    /// Bytes per second one migration may send; 0 (the default) is unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth_per_migration: Option<Quantity>,
+    /// Seconds per GiB to migrate (guest memory and migrated disks) before the migration is
+    /// cancelled (150).
+    #[serde(
+        default,
+        rename = "completionTimeoutPerGiB",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub completion_timeout_per_gib: Option<i64>,
+    /// Seconds without a byte sent before the migration is cancelled (150).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_timeout: Option<i64>,
+    /// The longest the guest may be paused at the switch-over, in milliseconds (QEMU's
+    /// default when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_downtime_ms: Option<i64>,
+    /// Refused when true: Ferrovirt migrates by pre-copy only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_post_copy: Option<bool>,
+    /// Refused when true: Ferrovirt does not throttle the guest's vCPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_auto_converge: Option<bool>,
+    /// Refused when true: it only matters with post-copy or a paused switch-over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_workload_disruption: Option<bool>,
+    /// Refused when true: Ferrovirt always carries migrations over mutual TLS.
+    #[serde(
+        default,
+        rename = "disableTLS",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub disable_tls: Option<bool>,
+    #[serde(flatten)]
+    pub other: Other,
+}
+
+impl MigrationConfiguration {
+    /// KubeVirt's default `parallelMigrationsPerCluster`.
+    pub const PARALLEL_MIGRATIONS_PER_CLUSTER: u32 = 5;
+    /// KubeVirt's default `parallelOutboundMigrationsPerNode`.
+    pub const PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE: u32 = 2;
+    /// KubeVirt's default `completionTimeoutPerGiB`.
+    pub const COMPLETION_TIMEOUT_PER_GIB: i64 = 150;
+    /// KubeVirt's default `progressTimeout`.
+    pub const PROGRESS_TIMEOUT: i64 = 150;
+
+    /// The migration settings of a KubeVirt CR (all defaults without one).
+    pub fn of(kv: Option<&KubeVirt>) -> MigrationConfiguration {
+        kv.and_then(|kv| kv.spec.configuration.as_ref()?.migrations.clone())
+            .unwrap_or_default()
+    }
+
+    pub fn per_cluster(&self) -> usize {
+        self.parallel_migrations_per_cluster
+            .unwrap_or(Self::PARALLEL_MIGRATIONS_PER_CLUSTER) as usize
+    }
+
+    pub fn outbound_per_node(&self) -> usize {
+        self.parallel_outbound_migrations_per_node
+            .unwrap_or(Self::PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE) as usize
+    }
+
+    /// `bandwidthPerMigration` in bytes per second; 0 is unlimited (and what a quantity that
+    /// validation would refuse gives).
+    pub fn bandwidth_bytes_per_second(&self) -> u64 {
+        self.bandwidth_per_migration
+            .as_ref()
+            .and_then(|q| crate::quantity::to_u64(q).ok())
+            .unwrap_or(0)
+    }
+
+    pub fn completion_timeout_per_gib(&self) -> u64 {
+        positive(
+            self.completion_timeout_per_gib,
+            Self::COMPLETION_TIMEOUT_PER_GIB,
+        )
+    }
+
+    pub fn progress_timeout(&self) -> u64 {
+        positive(self.progress_timeout, Self::PROGRESS_TIMEOUT)
+    }
+
+    /// `maxDowntimeMs`; 0 leaves the backend's default.
+    pub fn max_downtime_ms(&self) -> u64 {
+        positive(self.max_downtime_ms, 0)
+    }
+}
+
+fn positive(value: Option<i64>, default: i64) -> u64 {
+    u64::try_from(value.unwrap_or(default)).unwrap_or(0)
 }
 
 /// `v1.DeveloperConfiguration`.

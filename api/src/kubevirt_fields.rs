@@ -305,6 +305,26 @@ pub const FIELDS: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "v1.MigrationConfiguration",
+        &[
+            "allowAutoConverge",
+            "allowPostCopy",
+            "allowWorkloadDisruption",
+            "bandwidthPerMigration",
+            "completionTimeoutPerGiB",
+            "disableTLS",
+            "matchSELinuxLevelOnMigration",
+            "maxDowntimeMs",
+            "network",
+            "nodeDrainTaintKey",
+            "parallelMigrationsPerCluster",
+            "parallelOutboundMigrationsPerNode",
+            "progressTimeout",
+            "unsafeMigrationOverride",
+            "utilityVolumesTimeout",
+        ],
+    ),
+    (
         "v1.Network",
         &[
             "multus",

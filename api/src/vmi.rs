@@ -229,6 +229,10 @@ pub struct MigrationState {
     pub failure_reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub abort_requested: Option<bool>,
+    /// How the abort ended: `Aborting`, `Succeeded`, or `Failed` (the migration completed
+    /// before the abort reached it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abort_status: Option<String>,
     /// `PreCopy` (the only mode Ferrovirt has).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,

@@ -103,6 +103,7 @@ fn modelled() -> Vec<(&'static str, Schema)> {
         ("v1.KubeVirtSpec", s::<KubeVirtSpec>()),
         ("v1.KubeVirtConfiguration", s::<KubeVirtConfiguration>()),
         ("v1.DeveloperConfiguration", s::<DeveloperConfiguration>()),
+        ("v1.MigrationConfiguration", s::<MigrationConfiguration>()),
         ("v1.KubeVirtStatus", s::<KubeVirtStatus>()),
         ("v1.VirtualMachineInstanceCondition", s::<api::Condition>()),
     ]

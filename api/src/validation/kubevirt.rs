@@ -1,6 +1,6 @@
 //! Validation of the `KubeVirt` CR.
 
-use crate::kubevirt::KubeVirt;
+use crate::kubevirt::{KubeVirt, MigrationConfiguration};
 use crate::other::reject_other_settings;
 
 use super::{into_result, FieldError, Path};
@@ -66,6 +66,77 @@ pub fn validate_kubevirt(kv: &KubeVirt) -> Result<(), Vec<FieldError>> {
                 }
             }
         }
+        if let Some(migrations) = &configuration.migrations {
+            validate_migrations(migrations, &at.child("migrations"), &mut errors);
+        }
     }
     into_result(errors)
+}
+
+/// `spec.configuration.migrations`: numbers in range, and what Ferrovirt cannot do refused.
+fn validate_migrations(m: &MigrationConfiguration, at: &Path, errors: &mut Vec<FieldError>) {
+    reject_other_settings(&m.other, "v1.MigrationConfiguration", at, errors);
+    let counts = [
+        (
+            "parallelMigrationsPerCluster",
+            m.parallel_migrations_per_cluster,
+        ),
+        (
+            "parallelOutboundMigrationsPerNode",
+            m.parallel_outbound_migrations_per_node,
+        ),
+    ];
+    for (field, value) in counts {
+        if value == Some(0) {
+            errors.push(FieldError::invalid(
+                at.child(field),
+                "must be at least 1 (0 would stop every migration)",
+            ));
+        }
+    }
+    let positive = [
+        ("completionTimeoutPerGiB", m.completion_timeout_per_gib),
+        ("progressTimeout", m.progress_timeout),
+        ("maxDowntimeMs", m.max_downtime_ms),
+    ];
+    for (field, value) in positive {
+        if value.is_some_and(|v| v <= 0) {
+            errors.push(FieldError::invalid(at.child(field), "must be positive"));
+        }
+    }
+    if let Some(bandwidth) = &m.bandwidth_per_migration {
+        if let Err(e) = crate::quantity::to_u64(bandwidth) {
+            errors.push(FieldError::invalid(
+                at.child("bandwidthPerMigration"),
+                e.to_string(),
+            ));
+        }
+    }
+    let refused = [
+        (
+            "allowPostCopy",
+            m.allow_post_copy,
+            "post-copy migration is not supported: Ferrovirt migrates by pre-copy",
+        ),
+        (
+            "allowAutoConverge",
+            m.allow_auto_converge,
+            "auto-converge is not supported: Ferrovirt does not throttle a migrating guest",
+        ),
+        (
+            "allowWorkloadDisruption",
+            m.allow_workload_disruption,
+            "not supported: a migration past its completion timeout is cancelled",
+        ),
+        (
+            "disableTLS",
+            m.disable_tls,
+            "not supported: Ferrovirt always carries migrations over mutual TLS",
+        ),
+    ];
+    for (field, value, why) in refused {
+        if value == Some(true) {
+            errors.push(FieldError::forbidden(at.child(field), why));
+        }
+    }
 }

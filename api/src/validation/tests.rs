@@ -541,6 +541,38 @@ fn replica_set_migration_and_kubevirt_rules() {
             kubevirt(json!({"uninstallStrategy": "Never"})),
             vec![("spec.uninstallStrategy", Invalid)],
         ),
+        (
+            "migration settings Ferrovirt applies",
+            kubevirt(json!({"configuration": {"migrations": {
+                "parallelMigrationsPerCluster": 3, "parallelOutboundMigrationsPerNode": 1,
+                "bandwidthPerMigration": "64Mi", "completionTimeoutPerGiB": 800,
+                "progressTimeout": 150, "maxDowntimeMs": 300, "allowPostCopy": false,
+                "disableTLS": false
+            }}})),
+            vec![],
+        ),
+        (
+            "migration settings out of range or not supported",
+            kubevirt(json!({"configuration": {"migrations": {
+                "parallelMigrationsPerCluster": 0, "bandwidthPerMigration": "fast",
+                "progressTimeout": 0, "allowPostCopy": true, "disableTLS": true,
+                "network": "migration-net"
+            }}})),
+            vec![
+                ("spec.configuration.migrations.network", NotSupported),
+                (
+                    "spec.configuration.migrations.parallelMigrationsPerCluster",
+                    Invalid,
+                ),
+                ("spec.configuration.migrations.progressTimeout", Invalid),
+                (
+                    "spec.configuration.migrations.bandwidthPerMigration",
+                    Invalid,
+                ),
+                ("spec.configuration.migrations.allowPostCopy", Forbidden),
+                ("spec.configuration.migrations.disableTLS", Forbidden),
+            ],
+        ),
     ]);
 }
 
