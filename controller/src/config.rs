@@ -1,6 +1,7 @@
 //! What the controllers need to know about the cluster: images, emulation, overheads. Read
 //! from the environment that virt-operator gives virt-controller, and from the KubeVirt CR.
 
+use api::kubevirt::MigrationConfiguration;
 use api::KubeVirt;
 
 /// Cluster-wide settings for rendering launcher Pods.
@@ -21,6 +22,10 @@ pub struct ClusterConfig {
     pub tcg_overhead_bytes: u64,
     /// CPU request of the compute container when the VMI asks for none.
     pub cpu_request: String,
+    /// `spec.configuration.migrations.parallelMigrationsPerCluster`.
+    pub parallel_migrations_per_cluster: usize,
+    /// `spec.configuration.migrations.parallelOutboundMigrationsPerNode`.
+    pub parallel_outbound_migrations_per_node: usize,
 }
 
 impl Default for ClusterConfig {
@@ -33,6 +38,10 @@ impl Default for ClusterConfig {
             launcher_overhead_bytes: 16 << 20,
             tcg_overhead_bytes: 96 << 20,
             cpu_request: "100m".into(),
+            parallel_migrations_per_cluster: MigrationConfiguration::PARALLEL_MIGRATIONS_PER_CLUSTER
+                as usize,
+            parallel_outbound_migrations_per_node:
+                MigrationConfiguration::PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE as usize,
         }
     }
 }
@@ -59,5 +68,8 @@ impl ClusterConfig {
             .and_then(|c| c.developer_configuration.as_ref())
             .and_then(|d| d.use_emulation)
             .unwrap_or(false);
+        let migrations = MigrationConfiguration::of(Some(kv));
+        self.parallel_migrations_per_cluster = migrations.per_cluster();
+        self.parallel_outbound_migrations_per_node = migrations.outbound_per_node();
     }
 }

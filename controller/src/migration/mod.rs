@@ -4,8 +4,9 @@
 //! 1. Pending: the VMI must be Running and live-migratable ([`plan::check_migratable`]: no
 //!    non-ReadWriteMany PVC, no hostDisk, the QEMU TCG backend); when it is not, the VMI's
 //!    `LiveMigratable` condition says why and the migration fails with that reason. A
-//!    migration waits while the cluster runs [`PARALLEL_MIGRATIONS_PER_CLUSTER`] migrations
-//!    or its source node sends [`PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE`] (KubeVirt's defaults).
+//!    migration waits while the cluster runs `parallelMigrationsPerCluster` migrations or its
+//!    source node sends `parallelOutboundMigrationsPerNode` (the KubeVirt CR's
+//!    `spec.configuration.migrations`, KubeVirt's defaults 5 and 2 when unset).
 //!    Then the target launcher Pod is created ([`plan::render_target_pod`]: the VMI's launcher
 //!    Pod, marked as a migration target, kept off the source node) and the VMI's
 //!    `status.migrationState` started: Scheduling.
@@ -15,16 +16,18 @@
 //! 3. The source handler reports `completed` or `failed`. Succeeded: the VMI moves to the
 //!    target node (`status.nodeName`, the node label), the source Pod is deleted. Failed (or the
 //!    target Pod failed or vanished): the target Pod is deleted; the VM runs on the source.
-//! 4. Deleting an unfinished migration cancels it (`abortRequested`); a finalizer keeps the
-//!    object until then.
+//! 4. Deleting an unfinished migration cancels it; a finalizer keeps the object until then
+//!    ([`plan::cancel_step`]). Before the source sends, it fails at once and the target Pod
+//!    goes. While it sends, `abortRequested` asks the source handler to stop, and the target
+//!    Pod stays until that handler reports the end: a switch-over that beat the abort
+//!    completes as usual (`abortStatus: Failed`), since the VM then runs in the target Pod.
+//!
+//! The VMI controller keeps the `LiveMigratable` condition on every VMI with a node
+//! ([`plan::refresh_live_migratable`]), as KubeVirt does, not only when a migration asks.
 
 pub mod plan;
 pub mod reconcile;
 
-/// KubeVirt's default `parallelMigrationsPerCluster`.
-pub const PARALLEL_MIGRATIONS_PER_CLUSTER: usize = 5;
-/// KubeVirt's default `parallelOutboundMigrationsPerNode`.
-pub const PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE: usize = 2;
 /// Label of a target launcher Pod: the UID of its migration (KubeVirt's name).
 pub const MIGRATION_JOB_LABEL: &str = "kubevirt.io/migrationJobUID";
 /// Label on a VMI while it migrates: the target node (KubeVirt's name).

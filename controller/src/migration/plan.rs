@@ -4,14 +4,14 @@
 use std::collections::BTreeMap;
 
 use api::condition::Condition;
-use api::{VirtualMachineInstance, VmiPhase};
+use api::migration::MigrationPhase;
+use api::vmi::{set_condition, MigrationState};
+use api::{VirtualMachineInstance, VirtualMachineInstanceStatus, VmiPhase};
 use k8s_openapi::api::core::v1::{
     Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
 };
 
-use super::{
-    MIGRATION_JOB_LABEL, PARALLEL_MIGRATIONS_PER_CLUSTER, PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE,
-};
+use super::MIGRATION_JOB_LABEL;
 use crate::config::ClusterConfig;
 use crate::pod::{render_launcher_pod, RenderError};
 
@@ -26,6 +26,15 @@ pub struct NotMigratable {
 /// it uses, by claim name (a missing claim is not migratable).
 pub fn check_migratable(
     vmi: &VirtualMachineInstance,
+    pvc_access_modes: &BTreeMap<String, Vec<String>>,
+) -> Result<(), NotMigratable> {
+    check(vmi, vmi.status.as_ref(), pvc_access_modes)
+}
+
+/// [`check_migratable`] for `vmi` with `status` (which may be newer than `vmi.status`).
+fn check(
+    vmi: &VirtualMachineInstance,
+    status: Option<&VirtualMachineInstanceStatus>,
     pvc_access_modes: &BTreeMap<String, Vec<String>>,
 ) -> Result<(), NotMigratable> {
     for volume in &vmi.spec.volumes {
@@ -53,9 +62,7 @@ pub fn check_migratable(
             });
         }
     }
-    let kvm = vmi
-        .status
-        .as_ref()
+    let kvm = status
         .and_then(|s| s.conditions.iter().find(|c| c.type_ == "SoftwareEmulation"))
         .is_some_and(|c| !c.is_true());
     if kvm {
@@ -75,18 +82,92 @@ pub fn migratable_condition(result: &Result<(), NotMigratable>) -> Condition {
     }
 }
 
-/// Why a migration must wait, given the source nodes of the migrations under way.
-pub fn over_limits(running_sources: &[String], source_node: &str) -> Option<String> {
-    if running_sources.len() >= PARALLEL_MIGRATIONS_PER_CLUSTER {
+/// Brings the `LiveMigratable` condition in `status`, the status `vmi` is about to get, up to
+/// date, as KubeVirt keeps it on every running VMI. Returns the verdict and whether the
+/// condition changed (a status write is then due).
+pub fn refresh_live_migratable(
+    vmi: &VirtualMachineInstance,
+    status: &mut VirtualMachineInstanceStatus,
+    pvc_access_modes: &BTreeMap<String, Vec<String>>,
+) -> (Result<(), NotMigratable>, bool) {
+    let verdict = check(vmi, Some(status), pvc_access_modes);
+    let condition = migratable_condition(&verdict);
+    let known = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == condition.type_)
+        .map(|c| (&c.status, &c.reason, &c.message));
+    let changed = known != Some((&condition.status, &condition.reason, &condition.message));
+    if changed {
+        set_condition(status, condition);
+    }
+    (verdict, changed)
+}
+
+/// What to do with a migration object that is being deleted before it finished.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cancel {
+    /// Nothing of it runs (never started, or not this VMI's migration): let the object go.
+    Release,
+    /// The source has not started sending: fail it now and delete the target Pod.
+    FailNow,
+    /// The source is sending: ask its handler to abort (`abortRequested`) and wait.
+    RequestAbort,
+    /// Abort requested: wait for the source handler to report how the stream ended.
+    Wait,
+    /// The handler reported the end (completed, when the switch-over won the race with the
+    /// abort, or failed): settle it as any finished migration, then let the object go.
+    Settle,
+}
+
+/// How to cancel a migration whose object is being deleted. `state`: the VMI's
+/// `migrationState` when it belongs to this migration. The target Pod must stay until the
+/// source knows the stream is over: a switch-over that completes while the abort is on its way
+/// leaves the only running copy of the VM in that Pod.
+pub fn cancel_step(phase: MigrationPhase, state: Option<&MigrationState>) -> Cancel {
+    let Some(state) = state.filter(|_| !phase.is_final()) else {
+        return Cancel::Release;
+    };
+    if state.completed == Some(true) || state.failed == Some(true) {
+        Cancel::Settle
+    } else if state.mode.is_none() {
+        Cancel::FailNow
+    } else if state.abort_requested == Some(true) {
+        Cancel::Wait
+    } else {
+        Cancel::RequestAbort
+    }
+}
+
+/// KubeVirt's `abortStatus` once a migration that was asked to abort has ended.
+pub fn abort_status(state: &MigrationState) -> Option<&'static str> {
+    match (state.abort_requested, state.completed) {
+        (Some(true), Some(true)) => Some("Failed"),
+        (Some(true), _) if state.failed == Some(true) => Some("Succeeded"),
+        (Some(true), _) => Some("Aborting"),
+        _ => None,
+    }
+}
+
+/// Why a migration must wait, given the source nodes of the migrations under way and the
+/// limits of `config`.
+pub fn over_limits(
+    running_sources: &[String],
+    source_node: &str,
+    config: &ClusterConfig,
+) -> Option<String> {
+    let per_cluster = config.parallel_migrations_per_cluster;
+    if running_sources.len() >= per_cluster {
         return Some(format!(
-            "{} migrations run in the cluster (parallelMigrationsPerCluster {PARALLEL_MIGRATIONS_PER_CLUSTER})",
+            "{} migrations run in the cluster (parallelMigrationsPerCluster {per_cluster})",
             running_sources.len()
         ));
     }
+    let per_node = config.parallel_outbound_migrations_per_node;
     let outbound = running_sources.iter().filter(|n| *n == source_node).count();
-    (outbound >= PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE).then(|| {
+    (outbound >= per_node).then(|| {
         format!(
-            "{outbound} migrations leave node {source_node} (parallelOutboundMigrationsPerNode {PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE})"
+            "{outbound} migrations leave node {source_node} (parallelOutboundMigrationsPerNode {per_node})"
         )
     })
 }
@@ -232,15 +313,102 @@ mod tests {
     }
 
     #[test]
+    fn live_migratable_follows_the_status_about_to_be_written() {
+        let v = vmi(json!([{"name": "c", "containerDisk": {"image": "x"}}]));
+        let mut status = VirtualMachineInstanceStatus::default();
+        let (verdict, changed) = refresh_live_migratable(&v, &mut status, &BTreeMap::new());
+        assert!(verdict.is_ok() && changed);
+        let condition = |s: &VirtualMachineInstanceStatus| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == "LiveMigratable")
+                .cloned()
+                .unwrap()
+        };
+        assert!(condition(&status).is_true());
+        // Nothing new: no write.
+        assert!(!refresh_live_migratable(&v, &mut status, &BTreeMap::new()).1);
+        // virt-handler reports the KVM backend in the same status: now it is not migratable.
+        status
+            .conditions
+            .push(Condition::new("SoftwareEmulation", false, "Kvm", ""));
+        let (verdict, changed) = refresh_live_migratable(&v, &mut status, &BTreeMap::new());
+        assert!(verdict.is_err() && changed);
+        let now = condition(&status);
+        assert!(!now.is_true());
+        assert_eq!(now.reason.as_deref(), Some("InterfaceNotLiveMigratable"));
+        assert_eq!(
+            status
+                .conditions
+                .iter()
+                .filter(|c| c.type_ == "LiveMigratable")
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn a_deleted_migration_keeps_its_target_until_the_source_says_the_stream_ended() {
+        use MigrationPhase::*;
+        let state =
+            |mode: Option<&str>, abort: bool, completed: bool, failed: bool| MigrationState {
+                mode: mode.map(String::from),
+                abort_requested: abort.then_some(true),
+                completed: completed.then_some(true),
+                failed: failed.then_some(true),
+                ..MigrationState::default()
+            };
+        assert_eq!(cancel_step(Pending, None), Cancel::Release);
+        let idle = state(None, false, false, false);
+        assert_eq!(cancel_step(Succeeded, Some(&idle)), Cancel::Release);
+        assert_eq!(cancel_step(Scheduled, Some(&idle)), Cancel::FailNow);
+        let sending = state(Some("PreCopy"), false, false, false);
+        assert_eq!(cancel_step(Running, Some(&sending)), Cancel::RequestAbort);
+        assert_eq!(abort_status(&sending), None);
+        let asked = state(Some("PreCopy"), true, false, false);
+        assert_eq!(cancel_step(Running, Some(&asked)), Cancel::Wait);
+        assert_eq!(abort_status(&asked), Some("Aborting"));
+        // The switch-over won: the VM now runs in the target Pod, which must not be deleted.
+        let won = state(Some("PreCopy"), true, true, false);
+        assert_eq!(cancel_step(Running, Some(&won)), Cancel::Settle);
+        assert_eq!(abort_status(&won), Some("Failed"));
+        let aborted = state(Some("PreCopy"), true, false, true);
+        assert_eq!(cancel_step(Running, Some(&aborted)), Cancel::Settle);
+        assert_eq!(abort_status(&aborted), Some("Succeeded"));
+    }
+
+    #[test]
     fn kubevirt_default_limits() {
+        let defaults = ClusterConfig::default();
         let two_from_a = vec!["a".to_string(), "a".to_string()];
-        assert!(over_limits(&two_from_a, "a").is_some());
-        assert_eq!(over_limits(&two_from_a, "b"), None);
+        assert!(over_limits(&two_from_a, "a", &defaults).is_some());
+        assert_eq!(over_limits(&two_from_a, "b", &defaults), None);
         let five: Vec<String> = ["a", "b", "c", "d", "e"].map(String::from).to_vec();
-        assert!(over_limits(&five, "f")
+        assert!(over_limits(&five, "f", &defaults)
             .unwrap()
-            .contains("parallelMigrationsPerCluster"));
-        assert_eq!(over_limits(&[], "a"), None);
+            .contains("parallelMigrationsPerCluster 5"));
+        assert_eq!(over_limits(&[], "a", &defaults), None);
+    }
+
+    #[test]
+    fn limits_from_the_kubevirt_cr() {
+        let kv: api::KubeVirt = serde_json::from_value(json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
+            "metadata": {"name": "kubevirt", "namespace": "kubevirt"},
+            "spec": {"configuration": {"migrations": {
+                "parallelMigrationsPerCluster": 1, "parallelOutboundMigrationsPerNode": 3}}}
+        }))
+        .unwrap();
+        let mut config = ClusterConfig::default();
+        config.apply_kubevirt(&kv);
+        let one = vec!["a".to_string()];
+        let why = over_limits(&one, "b", &config).expect("one migration fills the cluster");
+        assert!(why.contains("parallelMigrationsPerCluster 1"), "{why}");
+        config.parallel_migrations_per_cluster = 10;
+        let three = vec!["a".to_string(); 3];
+        let why = over_limits(&three, "a", &config).expect("three leave a");
+        assert!(why.contains("parallelOutboundMigrationsPerNode 3"), "{why}");
+        assert_eq!(over_limits(&three[..2], "a", &config), None);
     }
 
     #[test]

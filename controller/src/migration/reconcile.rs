@@ -9,7 +9,7 @@ use api::migration::{
     MigrationPhase, MigrationPhaseTransitionTimestamp, VirtualMachineInstanceMigration,
     VirtualMachineInstanceMigrationStatus,
 };
-use api::vmi::{set_condition, MigrationState};
+use api::vmi::MigrationState;
 use api::{VirtualMachineInstance, VmiPhase};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -19,7 +19,9 @@ use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use super::plan::{check_migratable, migratable_condition, over_limits, render_target_pod};
+use super::plan::{
+    abort_status, cancel_step, over_limits, refresh_live_migratable, render_target_pod, Cancel,
+};
 use super::{FINALIZER, MIGRATION_JOB_LABEL, MIGRATION_TARGET_NODE_LABEL};
 use crate::context::Context;
 use crate::vmi::reconcile::NODE_LABEL;
@@ -42,6 +44,26 @@ fn unschedulable_message(pod: &Pod) -> String {
 
 fn now() -> Time {
     Time(Timestamp::now())
+}
+
+/// The access modes of the PVCs `vmi` uses, by claim name; a missing claim is left out (and
+/// so counts as not shared).
+pub async fn pvc_access_modes(
+    client: &kube::Client,
+    namespace: &str,
+    vmi: &VirtualMachineInstance,
+) -> Result<BTreeMap<String, Vec<String>>, kube::Error> {
+    let mut modes = BTreeMap::new();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
+    for volume in &vmi.spec.volumes {
+        if let Some(pvc) = &volume.persistent_volume_claim {
+            if let Some(claim) = claims.get_opt(&pvc.claim_name).await? {
+                let access = claim.spec.and_then(|s| s.access_modes).unwrap_or_default();
+                modes.insert(pvc.claim_name.clone(), access);
+            }
+        }
+    }
+    Ok(modes)
 }
 
 pub async fn reconcile(
@@ -67,38 +89,65 @@ pub async fn reconcile(
     };
 
     if migration.metadata.deletion_timestamp.is_some() {
-        if !phase.is_final() {
-            if let Some(vmi) = vmi.as_ref().filter(|v| ours(v)) {
+        let state = vmi
+            .as_ref()
+            .filter(|v| ours(v))
+            .and_then(|v| v.status.as_ref()?.migration_state.as_ref());
+        match cancel_step(phase, state) {
+            Cancel::Release => {
+                release(&migrations, &migration).await?;
+                return Ok(Action::await_change());
+            }
+            Cancel::FailNow => {
+                let vmi = vmi.as_ref().expect("a state comes from the VMI");
                 let reason = "cancelled: the migration object was deleted";
                 patch_vmi_state(
                     &vmis,
                     vmi,
-                    json!({"abortRequested": true, "failed": true, "failureReason": reason,
-                           "endTimestamp": now()}),
+                    json!({"abortRequested": true, "abortStatus": "Succeeded", "failed": true,
+                           "failureReason": reason, "endTimestamp": now()}),
                 )
                 .await?;
                 delete_target_pod(&pods, vmi).await?;
                 ctx.event(vmi, true, "MigrationCancelled", reason.into())
                     .await;
+                return Ok(Action::requeue(Duration::from_millis(100)));
             }
-        }
-        let finalizers: Vec<String> = migration
-            .finalizers()
-            .iter()
-            .filter(|f| *f != FINALIZER)
-            .cloned()
-            .collect();
-        if finalizers.len() != migration.finalizers().len() {
-            let patch = json!({"metadata": {"finalizers": finalizers}});
-            migrations
-                .patch(
-                    &migration.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
+            Cancel::RequestAbort => {
+                let vmi = vmi.as_ref().expect("a state comes from the VMI");
+                patch_vmi_state(
+                    &vmis,
+                    vmi,
+                    json!({"abortRequested": true, "abortStatus": "Aborting"}),
                 )
                 .await?;
+                ctx.event(
+                    vmi,
+                    true,
+                    "MigrationAbortRequested",
+                    "the migration object was deleted: aborting the migration".into(),
+                )
+                .await;
+                return Ok(Action::requeue(POLL));
+            }
+            Cancel::Wait => return Ok(Action::requeue(POLL)),
+            Cancel::Settle => {
+                // Record how the abort ended, then finish it below as any migration.
+                let vmi = vmi.as_ref().expect("a state comes from the VMI");
+                let state = state.expect("settled from a state");
+                if phase == MigrationPhase::Pending {
+                    // Failed before the handlers were involved: nothing below to finish.
+                    delete_target_pod(&pods, vmi).await?;
+                    release(&migrations, &migration).await?;
+                    return Ok(Action::await_change());
+                }
+                let status = abort_status(state);
+                if status.is_some() && state.abort_status.as_deref() != status {
+                    patch_vmi_state(&vmis, vmi, json!({"abortStatus": status})).await?;
+                    return Ok(Action::requeue(Duration::from_millis(100)));
+                }
+            }
         }
-        return Ok(Action::await_change());
     }
     if phase.is_final() {
         return Ok(Action::await_change());
@@ -133,30 +182,11 @@ pub async fn reconcile(
 
     if phase == MigrationPhase::Pending {
         // Is it migratable? Say so on the VMI either way.
-        let mut modes = BTreeMap::new();
-        let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &namespace);
-        for volume in &vmi.spec.volumes {
-            if let Some(pvc) = &volume.persistent_volume_claim {
-                if let Some(claim) = claims.get_opt(&pvc.claim_name).await? {
-                    let access = claim.spec.and_then(|s| s.access_modes).unwrap_or_default();
-                    modes.insert(pvc.claim_name.clone(), access);
-                }
-            }
-        }
-        let migratable = check_migratable(&vmi, &modes);
-        let condition = migratable_condition(&migratable);
-        let known = vmi_status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "LiveMigratable");
-        if known.map(|c| (&c.status, &c.reason, &c.message))
-            != Some((&condition.status, &condition.reason, &condition.message))
-        {
-            let mut updated = vmi.clone();
-            set_condition(
-                updated.status.get_or_insert_with(Default::default),
-                condition,
-            );
+        let modes = pvc_access_modes(&ctx.client, &namespace, &vmi).await?;
+        let mut updated = vmi.clone();
+        let status = updated.status.get_or_insert_with(Default::default);
+        let (migratable, changed) = refresh_live_migratable(&vmi, status, &modes);
+        if changed {
             vmis.replace_status(&vmi_name, &PostParams::default(), &updated)
                 .await?;
             if migratable.is_ok() {
@@ -213,7 +243,7 @@ pub async fn reconcile(
                 running_sources.push(source);
             }
         }
-        if let Some(wait) = over_limits(&running_sources, &source_node) {
+        if let Some(wait) = over_limits(&running_sources, &source_node, &ctx.config()) {
             log::info!("migration {}: waiting: {wait}", migration.name_any());
             set_phase(&migrations, &migration, MigrationPhase::Pending, None, None).await?;
             return Ok(Action::requeue(Duration::from_secs(3)));
@@ -504,6 +534,30 @@ async fn set_phase(
             &Patch::Merge(&patch),
         )
         .await?;
+    Ok(())
+}
+
+/// Lets a deleted migration object go: removes the finalizer.
+async fn release(
+    migrations: &Api<VirtualMachineInstanceMigration>,
+    migration: &VirtualMachineInstanceMigration,
+) -> Result<(), Error> {
+    let finalizers: Vec<String> = migration
+        .finalizers()
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .cloned()
+        .collect();
+    if finalizers.len() != migration.finalizers().len() {
+        let patch = json!({"metadata": {"finalizers": finalizers}});
+        migrations
+            .patch(
+                &migration.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+    }
     Ok(())
 }
 

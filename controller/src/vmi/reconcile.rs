@@ -13,6 +13,8 @@ use serde_json::json;
 
 use super::plan::{plan, set_condition, VmiAction, FINALIZER};
 use crate::context::Context;
+use crate::migration::plan::refresh_live_migratable;
+use crate::migration::reconcile::pvc_access_modes;
 use crate::pod::{render_launcher_pod, CREATED_BY_LABEL};
 use crate::Error;
 
@@ -39,8 +41,22 @@ pub async fn reconcile(
     } else {
         owned
     };
-    let plan = plan(&vmi, &owned, Timestamp::now());
+    let mut plan = plan(&vmi, &owned, Timestamp::now());
     let old_phase = vmi.status.as_ref().and_then(|s| s.phase);
+
+    // As KubeVirt does, every VMI with a node says whether it could live-migrate.
+    let mut status = plan
+        .status
+        .clone()
+        .or_else(|| vmi.status.clone())
+        .unwrap_or_default();
+    let placed = matches!(status.phase, Some(VmiPhase::Scheduled | VmiPhase::Running));
+    if placed && vmi.metadata.deletion_timestamp.is_none() {
+        let modes = pvc_access_modes(&ctx.client, &namespace, &vmi).await?;
+        if refresh_live_migratable(&vmi, &mut status, &modes).1 || plan.status.is_some() {
+            plan.status = Some(status);
+        }
+    }
 
     if let Some(status) = plan.status.clone() {
         write_status(&vmis, &vmi, &status).await?;

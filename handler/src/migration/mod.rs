@@ -11,11 +11,17 @@
 //! 2. Source node (`sourceNode` is this node and `targetNodeAddress` is set): listen on
 //!    `migration-source-sock` in the source launcher's socket directory, relay what arrives
 //!    there to the target over TLS ([`proxy::relay_source`]), call the launcher's `Migrate`
-//!    with that socket and set `mode: PreCopy`. Then follow the launcher's migration status and
-//!    report the end: `completed` or `failed` (with `failureReason`) and `endTimestamp`, with
-//!    an event that gives the total time and the guest's downtime.
-//! 3. `abortRequested` (the migration object was deleted): call `CancelMigration`; the VM keeps
-//!    running on the source.
+//!    with that socket and the CR's `bandwidthPerMigration` and `maxDowntimeMs`, and set
+//!    `mode: PreCopy`. Then follow the launcher's migration status, cancelling it when
+//!    [`watchdog`] says it is stuck or too slow, and report the end: `completed` or `failed`
+//!    (with `failureReason`) and `endTimestamp`, with an event that gives the total time and
+//!    the guest's downtime.
+//! 3. `abortRequested` (the migration object was deleted while the source was sending): call
+//!    `CancelMigration` and report how the stream ended as in step 2: `failed` when the abort
+//!    stopped it (the VM keeps running on the source), `completed` when the switch-over had
+//!    already happened (the VM runs on the target, whose Pod virt-controller then keeps).
+//! 4. A handler that restarts while its launcher sends finds `mode` set and no task of its own:
+//!    it follows the launcher's migration record to the end, as in step 2.
 //!
 //! After the switch-over the source launcher reports its domain Shutoff ("migrated to the
 //! target"); [`migrated_away`] tells the VMI reconciler not to take that for the guest's end.
@@ -23,6 +29,7 @@
 pub mod proxy;
 pub mod reconcile;
 pub mod tls;
+pub mod watchdog;
 
 use launcher::proto::v1::{Domain, MigrationStatus};
 

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use api::kubevirt::MigrationConfiguration;
 use api::{KubeVirt, VirtualMachineInstance};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -25,6 +26,7 @@ use serde_json::json;
 
 use super::proxy;
 use super::tls::{cert_dir, MigrationTls};
+use super::watchdog::Watchdog;
 use super::{SOURCE_SOCKET, TARGET_SOCKET};
 use crate::vmi::reconcile::{LAUNCHER_SOCKET, LAUNCHER_SOCKET_DIR};
 
@@ -40,7 +42,7 @@ pub struct MigrationContext {
     pub socket_root: PathBuf,
     pub kubevirts: Store<KubeVirt>,
     recorder: Recorder,
-    /// Running stream tasks by `<role>/<migration UID>`.
+    /// Stream tasks by `<role>/<migration UID>`, kept until the migration ends.
     tasks: Mutex<BTreeMap<String, tokio::task::JoinHandle<()>>>,
 }
 
@@ -64,14 +66,32 @@ impl MigrationContext {
         })
     }
 
+    /// The KubeVirt CR's `spec.configuration.migrations`, as of now.
+    fn migration_config(&self) -> MigrationConfiguration {
+        MigrationConfiguration::of(self.kubevirts.state().first().map(|kv| kv.as_ref()))
+    }
+
+    /// A watchdog with the configured timeouts for an outgoing migration of `vmi`.
+    fn watchdog(&self, vmi: &VirtualMachineInstance) -> Watchdog {
+        let memory = crate::metrics::guest_memory_bytes(vmi).unwrap_or(0);
+        Watchdog::new(&self.migration_config(), memory, std::time::Instant::now())
+    }
+
     fn running(&self, key: &str) -> bool {
         let tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
         tasks.get(key).is_some_and(|t| !t.is_finished())
     }
 
+    /// Whether this process started a task under `key` (finished or not) that [`Self::stop`]
+    /// has not cleared yet.
+    fn started(&self, key: &str) -> bool {
+        let tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        tasks.contains_key(key)
+    }
+
+    /// Keeps `task` under `key` until [`Self::stop`] sees its migration end.
     fn keep(&self, key: String, task: tokio::task::JoinHandle<()>) {
         let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
-        tasks.retain(|_, t| !t.is_finished());
         if let Some(old) = tasks.insert(key, task) {
             old.abort();
         }
@@ -222,14 +242,23 @@ pub async fn reconcile(
     }
     if state.source_node.as_deref() == me {
         let key = format!("source/{migration}");
+        let following = ctx.running(&key);
         if state.abort_requested == Some(true) {
             cancel(&ctx, &vmi).await;
-        } else if let Some(address) = &state.target_node_address {
-            if !ctx.running(&key) && state.mode.is_none() {
-                if let Err(reason) = start_source(&ctx, &vmi, address, key).await {
+            if !following && state.mode.is_none() {
+                report_failure(&ctx, &vmi, "cancelled before the source started sending").await?;
+            }
+        } else if let (Some(address), None) = (&state.target_node_address, &state.mode) {
+            if !following {
+                if let Err(reason) = start_source(&ctx, &vmi, address, key.clone()).await {
                     report_failure(&ctx, &vmi, &reason).await?;
                 }
             }
+        }
+        if state.mode.is_some() && !ctx.started(&key) {
+            // The launcher was told to send, but no task of this process follows it: this
+            // handler restarted. The launcher's own record says how the stream ends.
+            adopt_source(&ctx, &vmi, key).await;
         }
     }
     Ok(Action::requeue(Duration::from_secs(2)))
@@ -351,62 +380,112 @@ async fn start_source(
     let relay = tokio::spawn(proxy::relay_source(listener, Arc::new(tls), target));
     let mut client =
         launcher::proto::launcher_client(&dir.join(LAUNCHER_SOCKET)).map_err(|e| e.to_string())?;
+    let config = ctx.migration_config();
     let request = MigrateRequest {
         vmi: uid.clone(),
         socket: format!("{LAUNCHER_SOCKET_DIR}/{SOURCE_SOCKET}"),
-        bandwidth_bytes_per_second: 0,
-        max_downtime_ms: 0,
+        bandwidth_bytes_per_second: config.bandwidth_bytes_per_second(),
+        max_downtime_ms: config.max_downtime_ms(),
     };
+    let request_bandwidth = request.bandwidth_bytes_per_second;
     if let Err(e) = call(client.migrate(request)).await {
         relay.abort();
         return Err(format!("the source launcher refused to migrate: {e}"));
     }
-    log::info!("{}: migrating to {address}", vmi.name_any());
+    log::info!(
+        "{}: migrating to {address} (bandwidth {} bytes/s, 0: unlimited)",
+        vmi.name_any(),
+        request_bandwidth
+    );
     if let Err(e) = patch_state(&ctx.client, vmi, json!({"mode": "PreCopy"})).await {
         log::warn!("{}: cannot record the migration mode: {e}", vmi.name_any());
     }
     let (ctx2, vmi2) = (Arc::clone(ctx), Arc::clone(vmi));
+    let watchdog = ctx.watchdog(vmi);
     let task = tokio::spawn(async move {
-        follow_source(&ctx2, &vmi2, client, relay).await;
+        follow_source(&ctx2, &vmi2, client, Some(relay), watchdog).await;
     });
     ctx.keep(key, task);
     Ok(())
+}
+
+/// Follows a migration that an earlier run of this handler started.
+async fn adopt_source(ctx: &Arc<MigrationContext>, vmi: &Arc<VirtualMachineInstance>, key: String) {
+    let Some(uid) = vmi.uid() else { return };
+    let socket = ctx.socket_root.join(&uid).join(LAUNCHER_SOCKET);
+    let client = match launcher::proto::launcher_client(&socket) {
+        Ok(client) => client,
+        Err(e) => {
+            log::warn!("{}: cannot reach the source launcher: {e}", vmi.name_any());
+            return;
+        }
+    };
+    log::info!("{}: following the migration under way", vmi.name_any());
+    let (ctx2, vmi2) = (Arc::clone(ctx), Arc::clone(vmi));
+    let watchdog = ctx.watchdog(vmi);
+    let task = tokio::spawn(async move {
+        follow_source(&ctx2, &vmi2, client, None, watchdog).await;
+    });
+    ctx.keep(key, task);
 }
 
 async fn follow_source(
     ctx: &MigrationContext,
     vmi: &VirtualMachineInstance,
     mut client: launcher::proto::v1::launcher_client::LauncherClient<tonic::transport::Channel>,
-    relay: tokio::task::JoinHandle<Result<proxy::Copied, proxy::ProxyError>>,
+    relay: Option<tokio::task::JoinHandle<Result<proxy::Copied, proxy::ProxyError>>>,
+    mut watchdog: Watchdog,
 ) {
     let name = vmi.name_any();
     // The relay ends with this task, also when it is aborted.
-    let relay = AbortOnDrop(Some(relay));
+    let mut relay = AbortOnDrop(relay);
+    let mut timed_out = None;
     let info = loop {
         tokio::time::sleep(PROGRESS_INTERVAL).await;
         match call(client.get_domain(GetDomainRequest {})).await {
             Ok(response) => {
                 let migration = response.domain.and_then(|d| d.migration);
-                if let Some(m) = migration {
-                    if m.status != MigrationStatus::Active as i32 {
-                        break m;
+                match migration.filter(|m| !m.target) {
+                    Some(m) if m.status == MigrationStatus::Active as i32 => {
+                        if timed_out.is_some() {
+                            continue;
+                        }
+                        let now = std::time::Instant::now();
+                        if let Some(why) = watchdog.check(m.transferred_bytes, m.total_bytes, now) {
+                            log::warn!("{name}: {why}");
+                            let request = VmiRequest {
+                                vmi: vmi.uid().unwrap_or_default(),
+                            };
+                            if let Err(e) = call(client.cancel_migration(request)).await {
+                                log::warn!("{name}: cannot cancel the migration: {e}");
+                            }
+                            timed_out = Some(why);
+                        }
+                    }
+                    Some(m) => break m,
+                    None => {
+                        let why = "the source launcher has no record of an outgoing migration";
+                        if let Err(e) = report_failure(ctx, vmi, why).await {
+                            log::warn!("{name}: cannot report the end of the migration: {e}");
+                        }
+                        return;
                     }
                 }
             }
             Err(e) => log::warn!("{name}: following the migration: {e}"),
         }
     };
-    let mut relay = relay;
-    let relay = relay.0.take().expect("taken once");
-    let relayed = if relay.is_finished() {
-        match relay.await {
+    let relayed = match relay.0.take() {
+        Some(relay) if relay.is_finished() => match relay.await {
             Ok(Ok((sent, _))) => format!(", {sent} bytes over the network"),
             Ok(Err(e)) => format!(" (stream: {})", chain(&e)),
             Err(_) => String::new(),
+        },
+        Some(relay) => {
+            relay.abort();
+            String::new()
         }
-    } else {
-        relay.abort();
-        String::new()
+        None => String::new(),
     };
     let result = if info.status == MigrationStatus::Completed as i32 {
         let note = format!(
@@ -422,7 +501,11 @@ async fn follow_source(
         )
         .await
     } else {
-        let why = if info.status == MigrationStatus::Cancelled as i32 {
+        let why = if let (true, Some(why)) =
+            (info.status == MigrationStatus::Cancelled as i32, timed_out)
+        {
+            why
+        } else if info.status == MigrationStatus::Cancelled as i32 {
             "the migration was cancelled".to_string()
         } else {
             format!("the migration stream failed: {}{relayed}", info.error)
