@@ -9,7 +9,8 @@ pub mod pty;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use kube::api::{DeleteParams, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 
@@ -108,6 +109,44 @@ where
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// Deletes the virt-handler Pod on `node` (`grace`: its grace period in seconds) and waits
+/// for its DaemonSet's replacement to run there.
+pub async fn restart_handler(client: &Client, node: &str, grace: Option<u32>) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "kubevirt");
+    let on_node = |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node);
+    let handlers = pods
+        .list(&ListParams::default().labels("kubevirt.io=virt-handler"))
+        .await
+        .expect("virt-handler Pods");
+    let old = handlers
+        .items
+        .iter()
+        .find(|p| on_node(p))
+        .and_then(|p| p.metadata.name.clone())
+        .unwrap_or_else(|| panic!("no virt-handler on {node}"));
+    let params = DeleteParams {
+        grace_period_seconds: grace,
+        ..DeleteParams::default()
+    };
+    pods.delete(&old, &params).await.expect("handler deleted");
+    wait_for(
+        "a new virt-handler Running on the node",
+        Duration::from_secs(120),
+        || async {
+            let list = pods
+                .list(&ListParams::default().labels("kubevirt.io=virt-handler"))
+                .await
+                .ok()?;
+            list.items.into_iter().find(|p| {
+                p.metadata.name.as_deref() != Some(old.as_str())
+                    && on_node(p)
+                    && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+            })
+        },
+    )
+    .await;
 }
 
 /// The pid that holds node `node`'s mount namespace.

@@ -6,10 +6,9 @@ use std::time::Duration;
 
 use api::{VirtualMachineInstance, VmiPhase};
 use ferrovirt_tests::{
-    client, kill_launcher, launcher_pids, tiny_vmi_spec, wait_for, TestNamespace,
+    client, kill_launcher, launcher_pids, restart_handler, tiny_vmi_spec, wait_for, TestNamespace,
 };
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::PostParams;
 use kube::Api;
 
 fn vmi(name: &str, memory: &str) -> VirtualMachineInstance {
@@ -107,36 +106,7 @@ async fn a_restarted_handler_leaves_running_vms_alone() {
     let before = launcher_pids(&uid);
     assert!(!before.is_empty());
 
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "kubevirt");
-    let handlers = pods
-        .list(&ListParams::default().labels("kubevirt.io=virt-handler"))
-        .await
-        .expect("handlers");
-    let handler = handlers
-        .items
-        .iter()
-        .find(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str()))
-        .expect("a virt-handler on the VMI's node");
-    let old = handler.metadata.name.clone().expect("name");
-    pods.delete(&old, &DeleteParams::default())
-        .await
-        .expect("handler deleted");
-    wait_for(
-        "a new virt-handler Running on the node",
-        Duration::from_secs(120),
-        || async {
-            let list = pods
-                .list(&ListParams::default().labels("kubevirt.io=virt-handler"))
-                .await
-                .ok()?;
-            list.items.into_iter().find(|p| {
-                p.metadata.name.as_deref() != Some(old.as_str())
-                    && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str())
-                    && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-            })
-        },
-    )
-    .await;
+    restart_handler(&client, &node, None).await;
     assert_eq!(launcher_pids(&uid), before, "the launcher kept running");
     let after = running(&vmis, "steady").await;
     assert_eq!(after.metadata.uid.as_deref(), Some(uid.as_str()));

@@ -5,17 +5,24 @@
 //!   migration goes through its phases to Succeeded, the VMI moves to the other node, the source
 //!   Pod goes, and the console on the new node shows the counter going on with the same token
 //!   and a growing uptime (no reboot). The total time and the guest's downtime are printed.
-//! - The target Pod is killed while the migration runs: the migration fails and the VM keeps
-//!   running on the source.
+//! - The target Pod is killed, or the source node's virt-handler restarted, while the stream
+//!   runs; or the migration object is deleted: the migration fails and the VM keeps running on
+//!   the source.
 //! - A VMI with a ReadWriteOnce PVC is refused: the migration fails with the reason, and the
 //!   VMI's LiveMigratable condition says it.
+//! - The KubeVirt CR's `bandwidthPerMigration` and `completionTimeoutPerGiB` reach the source:
+//!   a migration held to 256 KiB/s is cancelled at its completion timeout.
 
 use std::io::Read;
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use api::migration::{MigrationPhase, VirtualMachineInstanceMigration};
+use api::vmi::MigrationState;
 use api::{VirtualMachine, VirtualMachineInstance, VmiPhase};
-use ferrovirt_tests::{client, launcher_pids, read_console, virtctl, wait_for, TestNamespace};
+use ferrovirt_tests::{
+    client, kubectl, launcher_pids, read_console, restart_handler, virtctl, wait_for, TestNamespace,
+};
 use k8s_openapi::api::core::v1::{Event, Node, PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
@@ -149,6 +156,20 @@ async fn running_vm(
         .and_then(|s| s.node_name.clone())
         .expect("nodeName");
     let uid = vmi.uid().expect("uid");
+    // Before any migration is asked for, the VMI says it could migrate (as KubeVirt's do).
+    wait_for(
+        "LiveMigratable=True on the running VMI",
+        Duration::from_secs(30),
+        || async {
+            let vmi = vmis.get(name).await.ok()?;
+            vmi.status?
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "LiveMigratable" && c.is_true())
+                .then_some(())
+        },
+    )
+    .await;
     let seen = console_counts(&node, &uid, 3, Duration::from_secs(180)).await;
     (vmi, node, seen)
 }
@@ -177,8 +198,50 @@ fn phase(m: &VirtualMachineInstanceMigration) -> Option<MigrationPhase> {
     m.status.as_ref().and_then(|s| s.phase)
 }
 
+/// Tests that disturb the whole cluster or a node (the KubeVirt CR's migration settings, a
+/// restarted virt-handler, whose device plugins then refuse Pods for a moment) run alone
+/// (write); the other migration tests of this binary beside each other (read).
+static ALONE: LazyLock<tokio::sync::RwLock<()>> = LazyLock::new(|| tokio::sync::RwLock::new(()));
+
+/// `spec.configuration.migrations` of the KubeVirt CR, removed again when dropped.
+struct MigrationSettings;
+
+impl MigrationSettings {
+    fn set(settings: serde_json::Value) -> MigrationSettings {
+        let patch = serde_json::json!({"spec": {"configuration": {"migrations": settings}}});
+        let out = kubectl(
+            "kubevirt",
+            &[
+                "patch",
+                "kv",
+                "kubevirt",
+                "--type",
+                "merge",
+                "-p",
+                &patch.to_string(),
+            ],
+        );
+        assert_eq!(out.code, Some(0), "patching the KubeVirt CR: {out:?}");
+        MigrationSettings
+    }
+}
+
+impl Drop for MigrationSettings {
+    fn drop(&mut self) {
+        let patch = r#"{"spec":{"configuration":{"migrations":null}}}"#;
+        let out = kubectl(
+            "kubevirt",
+            &["patch", "kv", "kubevirt", "--type", "merge", "-p", patch],
+        );
+        if out.code != Some(0) {
+            eprintln!("could not remove the migration settings: {out:?}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn virtctl_migrate_moves_a_running_vm_to_the_other_node() {
+    let _shared = ALONE.read().await;
     let client = client().await;
     two_schedulable_nodes(&client).await;
     let namespace = TestNamespace::create(&client, "e2e-migrate").await;
@@ -408,84 +471,124 @@ async fn virtctl_migrate_moves_a_running_vm_to_the_other_node() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killing_the_target_pod_fails_the_migration_and_the_vm_stays() {
-    let client = client().await;
-    two_schedulable_nodes(&client).await;
-    let namespace = TestNamespace::create(&client, "e2e-migkill").await;
-    let ns = namespace.name.as_str();
-    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), ns);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    // A large sparse emptyDisk makes the block migration last long enough to be interrupted.
-    let (vmi, source_node, _) = running_vm(&client, ns, "vm-kill", "64Gi").await;
-    let uid = vmi.uid().expect("uid");
+/// A migration of a counting VM, caught while its stream runs.
+struct UnderWay {
+    uid: String,
+    source_node: String,
+    migration: String,
+    target_pod: String,
+}
 
-    let out = virtctl(ns, &["migrate", "vm-kill"]);
+/// Starts VM `name` with a large sparse emptyDisk, so that its block migration lasts long
+/// enough to be interrupted, runs `virtctl migrate` and returns once the stream runs.
+async fn migration_under_way(client: &Client, ns: &str, name: &str) -> UnderWay {
+    two_schedulable_nodes(client).await;
+    let (vmi, source_node, _) = running_vm(client, ns, name, "64Gi").await;
+    let out = virtctl(ns, &["migrate", name]);
     assert_eq!(out.code, Some(0), "virtctl migrate: {out:?}");
-    let migration = migration_of(&client, ns, "vm-kill").await;
+    let migration = migration_of(client, ns, name).await.name_any();
     let migrations: Api<VirtualMachineInstanceMigration> = Api::namespaced(client.clone(), ns);
-    // Wait for the stream to run, then kill the target Pod.
-    let (running, target_pod) =
-        wait_for("the migration to run", Duration::from_secs(300), || async {
-            let m = migrations.get(&migration.name_any()).await.ok()?;
-            let p = phase(&m)?;
-            assert!(
-                !p.is_final(),
-                "the migration ended before the kill: {:?}",
-                m.status
-            );
-            let pod = m
-                .status
-                .as_ref()?
-                .migration_state
-                .as_ref()?
-                .target_pod
-                .clone()?;
-            (p == MigrationPhase::Running).then_some((m, pod))
-        })
-        .await;
-    pods.delete(
-        &target_pod,
-        &DeleteParams {
-            grace_period_seconds: Some(0),
-            ..DeleteParams::default()
-        },
-    )
-    .await
-    .expect("target Pod deleted");
-    println!(
-        "killed the target Pod {target_pod} in phase {:?}",
-        phase(&running)
-    );
-
-    let failed = wait_for(
-        "the migration to fail",
-        Duration::from_secs(120),
-        || async {
-            let m = migrations.get(&migration.name_any()).await.ok()?;
-            phase(&m).is_some_and(MigrationPhase::is_final).then_some(m)
-        },
-    )
+    let target_pod = wait_for("the migration to run", Duration::from_secs(300), || async {
+        let m = migrations.get(&migration).await.ok()?;
+        let p = phase(&m)?;
+        assert!(
+            !p.is_final(),
+            "the migration ended before it could be interrupted: {:?}",
+            m.status
+        );
+        let state = m.status.as_ref()?.migration_state.as_ref()?;
+        (p == MigrationPhase::Running).then(|| state.target_pod.clone())?
+    })
     .await;
-    let status = failed.status.clone().unwrap_or_default();
-    assert_eq!(status.phase, Some(MigrationPhase::Failed), "{status:?}");
-    println!("migration failed: {:?}", status.conditions);
+    UnderWay {
+        uid: vmi.uid().expect("uid"),
+        source_node,
+        migration,
+        target_pod,
+    }
+}
 
-    // The VM runs on, on the source node, its counter going on.
-    let vmi = vmis.get("vm-kill").await.expect("VMI");
+/// Waits for an interrupted migration to end, and checks that it failed and that the VM runs
+/// on, on the source node, its counter going on. Returns the VMI's `migrationState`.
+async fn failed_and_still_counting_on_the_source(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    under: &UnderWay,
+) -> MigrationState {
+    let migrations: Api<VirtualMachineInstanceMigration> = Api::namespaced(client.clone(), ns);
+    // A deleted migration object goes once it has ended.
+    let ended = wait_for("the migration to end", Duration::from_secs(180), || async {
+        match migrations.get_opt(&under.migration).await.ok()? {
+            Some(m) => phase(&m)
+                .is_some_and(MigrationPhase::is_final)
+                .then_some(Some(m)),
+            None => Some(None),
+        }
+    })
+    .await;
+    if let Some(ended) = ended {
+        let status = ended.status.clone().unwrap_or_default();
+        assert_eq!(status.phase, Some(MigrationPhase::Failed), "{status:?}");
+        println!("migration failed: {:?}", status.conditions);
+    }
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), ns);
+    let vmi = vmis.get(name).await.expect("VMI");
     let s = vmi.status.clone().unwrap_or_default();
     assert_eq!(s.phase, Some(VmiPhase::Running), "{s:?}");
-    assert_eq!(s.node_name.as_deref(), Some(source_node.as_str()));
+    assert_eq!(s.node_name.as_deref(), Some(under.source_node.as_str()));
     let state = s.migration_state.clone().expect("migrationState");
     assert_eq!(state.failed, Some(true), "{state:?}");
-    let seen = console_counts(&source_node, &uid, 1, Duration::from_secs(30)).await;
+    let node = &under.source_node;
+    let seen = console_counts(node, &under.uid, 1, Duration::from_secs(30)).await;
     let last = seen.last().cloned().expect("counts");
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let later = console_counts(&source_node, &uid, 1, Duration::from_secs(30)).await;
+    let later = console_counts(node, &under.uid, 1, Duration::from_secs(30)).await;
     assert!(
         later.last().expect("counts").n > last.n,
         "the guest stopped counting on the source after the failed migration"
     );
+    state
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_target_pod_fails_the_migration_and_the_vm_stays() {
+    let _shared = ALONE.read().await;
+    let client = client().await;
+    let namespace = TestNamespace::create(&client, "e2e-migkill").await;
+    let ns = namespace.name.as_str();
+    let under = migration_under_way(&client, ns, "vm-kill").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let now = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    pods.delete(&under.target_pod, &now)
+        .await
+        .expect("target Pod deleted");
+    println!(
+        "killed the target Pod {} while it received",
+        under.target_pod
+    );
+    failed_and_still_counting_on_the_source(&client, ns, "vm-kill", &under).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_handler_restarted_mid_migration_settles_it_and_the_vm_stays() {
+    let _alone = ALONE.write().await;
+    let client = client().await;
+    let namespace = TestNamespace::create(&client, "e2e-mighandler").await;
+    let ns = namespace.name.as_str();
+    let under = migration_under_way(&client, ns, "vm-handler").await;
+    // The relay dies with the handler; its successor finds the launcher's record of the
+    // broken stream and reports it, rather than leaving the migration Running for ever.
+    restart_handler(&client, &under.source_node, Some(0)).await;
+    println!(
+        "restarted virt-handler on {} while it sent",
+        under.source_node
+    );
+    let state = failed_and_still_counting_on_the_source(&client, ns, "vm-handler", &under).await;
+    println!("reported after the restart: {:?}", state.failure_reason);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -567,67 +670,65 @@ async fn a_vmi_with_a_read_write_once_pvc_is_refused_with_the_reason() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_running_migration_cancels_it() {
+    let _shared = ALONE.read().await;
     let client = client().await;
-    two_schedulable_nodes(&client).await;
     let namespace = TestNamespace::create(&client, "e2e-migcancel").await;
     let ns = namespace.name.as_str();
-    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), ns);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let (vmi, source_node, _) = running_vm(&client, ns, "vm-cancel", "64Gi").await;
-    let uid = vmi.uid().expect("uid");
-
-    let out = virtctl(ns, &["migrate", "vm-cancel"]);
-    assert_eq!(out.code, Some(0), "virtctl migrate: {out:?}");
-    let migration = migration_of(&client, ns, "vm-cancel").await;
+    let under = migration_under_way(&client, ns, "vm-cancel").await;
     let migrations: Api<VirtualMachineInstanceMigration> = Api::namespaced(client.clone(), ns);
-    let target_pod = wait_for("the migration to run", Duration::from_secs(300), || async {
-        let m = migrations.get(&migration.name_any()).await.ok()?;
-        let p = phase(&m)?;
-        assert!(
-            !p.is_final(),
-            "the migration ended before the delete: {:?}",
-            m.status
-        );
-        let pod = m
-            .status
-            .as_ref()?
-            .migration_state
-            .as_ref()?
-            .target_pod
-            .clone()?;
-        (p == MigrationPhase::Running).then_some(pod)
-    })
-    .await;
     migrations
-        .delete(&migration.name_any(), &DeleteParams::default())
+        .delete(&under.migration, &DeleteParams::default())
         .await
         .expect("migration deleted");
+    // The object stays (finalizer) until the source handler has stopped the stream.
+    let state = failed_and_still_counting_on_the_source(&client, ns, "vm-cancel", &under).await;
+    assert_eq!(state.abort_requested, Some(true), "{state:?}");
+    assert_eq!(
+        state.abort_status.as_deref(),
+        Some("Succeeded"),
+        "{state:?}"
+    );
+    println!("cancelled: {:?}", state.failure_reason);
     wait_for(
         "the migration object to go",
         Duration::from_secs(60),
-        || async {
-            matches!(migrations.get_opt(&migration.name_any()).await, Ok(None)).then_some(())
-        },
+        || async { matches!(migrations.get_opt(&under.migration).await, Ok(None)).then_some(()) },
     )
     .await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     wait_for("the target Pod to go", Duration::from_secs(120), || async {
-        matches!(pods.get_opt(&target_pod).await, Ok(None)).then_some(())
+        matches!(pods.get_opt(&under.target_pod).await, Ok(None)).then_some(())
     })
     .await;
-    let vmi = vmis.get("vm-cancel").await.expect("VMI");
-    let s = vmi.status.clone().unwrap_or_default();
-    assert_eq!(s.phase, Some(VmiPhase::Running), "{s:?}");
-    assert_eq!(s.node_name.as_deref(), Some(source_node.as_str()));
-    let state = s.migration_state.clone().expect("migrationState");
-    assert_eq!(state.abort_requested, Some(true), "{state:?}");
-    assert_eq!(state.failed, Some(true), "{state:?}");
-    println!("cancelled: {:?}", state.failure_reason);
-    let seen = console_counts(&source_node, &uid, 1, Duration::from_secs(30)).await;
-    let last = seen.last().cloned().expect("counts");
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let later = console_counts(&source_node, &uid, 1, Duration::from_secs(30)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_crs_bandwidth_and_completion_timeout_cancel_a_slow_migration() {
+    let _alone = ALONE.write().await;
+    let client = client().await;
+    let namespace = TestNamespace::create(&client, "e2e-migslow").await;
+    let ns = namespace.name.as_str();
+    two_schedulable_nodes(&client).await;
+    let (vmi, source_node, _) = running_vm(&client, ns, "vm-slow", "1Gi").await;
+    // 256 KiB/s cannot move the guest's memory and disks within 5 s per GiB of them; without
+    // the bandwidth limit the migration would finish in a few seconds.
+    let _cr = MigrationSettings::set(serde_json::json!({
+        "bandwidthPerMigration": "256Ki",
+        "completionTimeoutPerGiB": 5
+    }));
+    let out = virtctl(ns, &["migrate", "vm-slow"]);
+    assert_eq!(out.code, Some(0), "virtctl migrate: {out:?}");
+    let under = UnderWay {
+        uid: vmi.uid().expect("uid"),
+        source_node,
+        migration: migration_of(&client, ns, "vm-slow").await.name_any(),
+        target_pod: String::new(),
+    };
+    let state = failed_and_still_counting_on_the_source(&client, ns, "vm-slow", &under).await;
+    let reason = state.failure_reason.unwrap_or_default();
     assert!(
-        later.last().expect("counts").n > last.n,
-        "the guest stopped counting on the source after the cancelled migration"
+        reason.contains("not completed after") && reason.contains("completionTimeoutPerGiB 5 s"),
+        "{reason}"
     );
+    println!("{reason}");
 }
