@@ -42,12 +42,57 @@ pub struct KubeVirtSpec {
     pub image_registry: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_pull_policy: Option<String>,
+    /// Lifetimes of the certificates virt-operator makes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate_rotate_strategy: Option<CertificateRotateStrategy>,
     /// `RemoveWorkloads` or `BlockUninstallIfWorkloadsExist`; empty (KubeVirt's default) blocks
     /// nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uninstall_strategy: Option<String>,
     #[serde(flatten)]
     pub other: Other,
+}
+
+/// `v1.KubeVirtCertificateRotateStrategy`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CertificateRotateStrategy {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub self_signed: Option<SelfSignConfiguration>,
+    #[serde(flatten)]
+    pub other: Other,
+}
+
+/// The self-signed CA and the certificates it signs (`v1.KubeVirtSelfSignConfiguration`).
+/// KubeVirt's defaults: CA 168h, certificates 24h, each renewed with a fifth of its life left.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SelfSignConfiguration {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca: Option<CertConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<CertConfig>,
+    #[serde(flatten)]
+    pub other: Other,
+}
+
+/// One certificate's lifetime (`v1.CertConfig`), in Go's duration syntax (`24h`, `1h30m`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CertConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration: Option<String>,
+    /// How long before `notAfter` the certificate is renewed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renew_before: Option<String>,
+    #[serde(flatten)]
+    pub other: Other,
+}
+
+impl CertConfig {
+    /// The shortest certificate lifetime virt-operator accepts: shorter ones would be renewed
+    /// faster than the components restart onto them.
+    pub const MIN_DURATION: std::time::Duration = std::time::Duration::from_secs(60);
 }
 
 /// Cluster-wide settings the components read (`v1.KubeVirtConfiguration`).

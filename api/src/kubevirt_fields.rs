@@ -23,6 +23,13 @@ pub const FIELDS: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "v1.CertConfig",
+        &[
+            "duration",
+            "renewBefore",
+        ],
+    ),
+    (
         "v1.CloudInitNoCloudSource",
         &[
             "networkData",
@@ -204,6 +211,12 @@ pub const FIELDS: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "v1.KubeVirtCertificateRotateStrategy",
+        &[
+            "selfSigned",
+        ],
+    ),
+    (
         "v1.KubeVirtConfiguration",
         &[
             "additionalGuestMemoryOverheadRatio",
@@ -249,6 +262,16 @@ pub const FIELDS: &[(&str, &[&str])] = &[
             "vmRolloutStrategy",
             "vmStateStorageClass",
             "webhookConfiguration",
+        ],
+    ),
+    (
+        "v1.KubeVirtSelfSignConfiguration",
+        &[
+            "ca",
+            "caOverlapInterval",
+            "caRotateInterval",
+            "certRotateInterval",
+            "server",
         ],
     ),
     (

@@ -15,6 +15,7 @@ pub mod condition;
 pub mod crd;
 pub mod defaults;
 pub mod domain;
+pub mod duration;
 pub mod kubevirt;
 #[rustfmt::skip]
 pub mod kubevirt_fields;

@@ -104,6 +104,15 @@ fn modelled() -> Vec<(&'static str, Schema)> {
         ("v1.KubeVirtConfiguration", s::<KubeVirtConfiguration>()),
         ("v1.DeveloperConfiguration", s::<DeveloperConfiguration>()),
         ("v1.MigrationConfiguration", s::<MigrationConfiguration>()),
+        (
+            "v1.KubeVirtCertificateRotateStrategy",
+            s::<CertificateRotateStrategy>(),
+        ),
+        (
+            "v1.KubeVirtSelfSignConfiguration",
+            s::<SelfSignConfiguration>(),
+        ),
+        ("v1.CertConfig", s::<CertConfig>()),
         ("v1.KubeVirtStatus", s::<KubeVirtStatus>()),
         ("v1.VirtualMachineInstanceCondition", s::<api::Condition>()),
     ]

@@ -1,6 +1,6 @@
 //! Validation of the `KubeVirt` CR.
 
-use crate::kubevirt::{KubeVirt, MigrationConfiguration};
+use crate::kubevirt::{CertConfig, CertificateRotateStrategy, KubeVirt, MigrationConfiguration};
 use crate::other::reject_other_settings;
 
 use super::{into_result, FieldError, Path};
@@ -31,6 +31,13 @@ pub fn validate_kubevirt(kv: &KubeVirt) -> Result<(), Vec<FieldError>> {
                 format!("{strategy:?} must be one of {UNINSTALL_STRATEGIES:?}"),
             ));
         }
+    }
+    if let Some(strategy) = &kv.spec.certificate_rotate_strategy {
+        validate_rotation(
+            strategy,
+            &spec.child("certificateRotateStrategy"),
+            &mut errors,
+        );
     }
     if let Some(policy) = &kv.spec.image_pull_policy {
         if !["Always", "IfNotPresent", "Never"].contains(&policy.as_str()) {
@@ -137,6 +144,61 @@ fn validate_migrations(m: &MigrationConfiguration, at: &Path, errors: &mut Vec<F
     for (field, value, why) in refused {
         if value == Some(true) {
             errors.push(FieldError::forbidden(at.child(field), why));
+        }
+    }
+}
+
+/// `spec.certificateRotateStrategy`: durations that parse, a renewal inside the lifetime.
+fn validate_rotation(
+    strategy: &CertificateRotateStrategy,
+    at: &Path,
+    errors: &mut Vec<FieldError>,
+) {
+    reject_other_settings(
+        &strategy.other,
+        "v1.KubeVirtCertificateRotateStrategy",
+        at,
+        errors,
+    );
+    let Some(signed) = &strategy.self_signed else {
+        return;
+    };
+    let at = at.child("selfSigned");
+    reject_other_settings(
+        &signed.other,
+        "v1.KubeVirtSelfSignConfiguration",
+        &at,
+        errors,
+    );
+    for (field, config) in [("ca", &signed.ca), ("server", &signed.server)] {
+        let Some(config) = config else { continue };
+        let at = at.child(field);
+        reject_other_settings(&config.other, "v1.CertConfig", &at, errors);
+        let mut parse = |name: &str, text: &Option<String>| {
+            let text = text.as_deref()?;
+            match crate::duration::parse(text) {
+                Ok(d) => Some(d),
+                Err(e) => {
+                    errors.push(FieldError::invalid(at.child(name), e));
+                    None
+                }
+            }
+        };
+        let duration = parse("duration", &config.duration);
+        let renew_before = parse("renewBefore", &config.renew_before);
+        if duration.is_some_and(|d| d < CertConfig::MIN_DURATION) {
+            errors.push(FieldError::invalid(
+                at.child("duration"),
+                format!("must be at least {}s", CertConfig::MIN_DURATION.as_secs()),
+            ));
+        }
+        if let (Some(d), Some(r)) = (duration, renew_before) {
+            if r >= d {
+                errors.push(FieldError::invalid(
+                    at.child("renewBefore"),
+                    "must be shorter than duration",
+                ));
+            }
         }
     }
 }

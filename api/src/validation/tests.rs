@@ -542,6 +542,40 @@ fn replica_set_migration_and_kubevirt_rules() {
             vec![("spec.uninstallStrategy", Invalid)],
         ),
         (
+            "certificate lifetimes",
+            kubevirt(json!({"certificateRotateStrategy": {"selfSigned": {
+                "ca": {"duration": "48h", "renewBefore": "12h"},
+                "server": {"duration": "1h30m"}
+            }}})),
+            vec![],
+        ),
+        (
+            "certificate lifetimes that cannot work",
+            kubevirt(json!({"certificateRotateStrategy": {"selfSigned": {
+                "ca": {"duration": "2h", "renewBefore": "3h"},
+                "server": {"duration": "30s", "renewBefore": "a while"},
+                "caRotateInterval": "24h"
+            }}})),
+            vec![
+                (
+                    "spec.certificateRotateStrategy.selfSigned.caRotateInterval",
+                    NotSupported,
+                ),
+                (
+                    "spec.certificateRotateStrategy.selfSigned.ca.renewBefore",
+                    Invalid,
+                ),
+                (
+                    "spec.certificateRotateStrategy.selfSigned.server.renewBefore",
+                    Invalid,
+                ),
+                (
+                    "spec.certificateRotateStrategy.selfSigned.server.duration",
+                    Invalid,
+                ),
+            ],
+        ),
+        (
             "migration settings Ferrovirt applies",
             kubevirt(json!({"configuration": {"migrations": {
                 "parallelMigrationsPerCluster": 3, "parallelOutboundMigrationsPerNode": 1,
