@@ -21,6 +21,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use api::kubevirt::CertConfig;
+use api::KubeVirt;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
@@ -44,55 +46,69 @@ pub const NOT_BEFORE_ANNOTATION: &str = "kubevirt.io/cert-not-before";
 /// The CA's subject CN (each CA has its own, so old and new can be told apart).
 pub const CA_CN_ANNOTATION: &str = "kubevirt.io/ca-common-name";
 
-/// How long certificates live.
+/// How long certificates live and when they are renewed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Lifetimes {
     pub ca: Duration,
     pub leaf: Duration,
+    /// Renew the CA this long before it expires; with a fifth of its life left when unset.
+    pub ca_renew_before: Option<Duration>,
+    /// The same for the certificates the CA signs.
+    pub leaf_renew_before: Option<Duration>,
 }
 
 impl Lifetimes {
-    /// KubeVirt's defaults, or `VIRT_OPERATOR_CA_LIFETIME` / `VIRT_OPERATOR_CERT_LIFETIME`
-    /// (`90s`, `10m`, `168h`, or seconds).
-    pub fn from_env() -> Result<Lifetimes, String> {
+    /// KubeVirt's defaults with what the CR's `certificateRotateStrategy.selfSigned` sets.
+    /// virt-api's webhook validates it, but a CR created before virt-api ran was not: a value
+    /// that does not parse, is under [`CertConfig::MIN_DURATION`] or renews before it is issued keeps
+    /// the default.
+    pub fn of(kv: &KubeVirt) -> Lifetimes {
         let mut lifetimes = Lifetimes::default();
-        for (var, field) in [
-            ("VIRT_OPERATOR_CA_LIFETIME", &mut lifetimes.ca),
-            ("VIRT_OPERATOR_CERT_LIFETIME", &mut lifetimes.leaf),
+        let signed = kv
+            .spec
+            .certificate_rotate_strategy
+            .as_ref()
+            .and_then(|s| s.self_signed.as_ref());
+        let Some(signed) = signed else {
+            return lifetimes;
+        };
+        let parse = |text: &Option<String>| {
+            let text = text.as_deref()?;
+            api::duration::parse(text)
+                .map_err(|e| log::warn!("certificateRotateStrategy: {e}; using the default"))
+                .ok()
+        };
+        for (config, life, renew) in [
+            (
+                &signed.ca,
+                &mut lifetimes.ca,
+                &mut lifetimes.ca_renew_before,
+            ),
+            (
+                &signed.server,
+                &mut lifetimes.leaf,
+                &mut lifetimes.leaf_renew_before,
+            ),
         ] {
-            if let Ok(text) = std::env::var(var) {
-                *field = parse_duration(&text).ok_or_else(|| {
-                    format!("{var}={text:?}: expected a duration such as 90s, 10m or 24h")
-                })?;
+            let Some(config) = config else { continue };
+            if let Some(d) = parse(&config.duration).filter(|d| *d >= CertConfig::MIN_DURATION) {
+                *life = d;
             }
+            *renew = parse(&config.renew_before).filter(|r| r < life);
         }
-        Ok(lifetimes)
+        lifetimes
     }
 }
 
-/// `90s`, `10m`, `24h` or plain seconds; at least a minute.
-pub fn parse_duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    let (number, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
-        Some((i, _)) => text.split_at(i),
-        None => (text, "s"),
-    };
-    let n: u64 = number.parse().ok()?;
-    let secs = match unit {
-        "s" => n,
-        "m" => n.checked_mul(60)?,
-        "h" => n.checked_mul(3600)?,
-        _ => return None,
-    };
-    (secs >= 60).then(|| Duration::from_secs(secs))
-}
-
 impl Default for Lifetimes {
-    /// KubeVirt's defaults (`certificateRotateStrategy.selfSigned`): CA 168h, certificates 24h.
+    /// KubeVirt's defaults (`certificateRotateStrategy.selfSigned`): CA 168h, certificates 24h,
+    /// renewed with a fifth of their life left.
     fn default() -> Self {
         Lifetimes {
             ca: Duration::from_secs(168 * 3600),
             leaf: Duration::from_secs(24 * 3600),
+            ca_renew_before: None,
+            leaf_renew_before: None,
         }
     }
 }
@@ -195,15 +211,24 @@ impl StoredSecret {
         }
     }
 
-    /// Valid now, with more than a fifth of its life left, and not empty.
-    fn fresh(&self, now: i64) -> bool {
-        let (Some(from), Some(until)) = (
+    /// When to renew it: `renew_before` its end, or with a fifth of its life left.
+    fn renew_at(&self, renew_before: Option<Duration>) -> Option<i64> {
+        let from = self.time(NOT_BEFORE_ANNOTATION)?;
+        let until = self.time(NOT_AFTER_ANNOTATION)?;
+        Some(match renew_before {
+            Some(before) => until - i64::try_from(before.as_secs()).unwrap_or(i64::MAX / 4),
+            None => until - (until - from) / 5,
+        })
+    }
+
+    /// Valid now, not yet due for renewal, and not empty.
+    fn fresh(&self, now: i64, renew_before: Option<Duration>) -> bool {
+        let (Some(from), Some(renew_at)) = (
             self.time(NOT_BEFORE_ANNOTATION),
-            self.time(NOT_AFTER_ANNOTATION),
+            self.renew_at(renew_before),
         ) else {
             return false;
         };
-        let renew_at = until - (until - from) / 5;
         from <= now + 300
             && now < renew_at
             && ["tls.crt", "tls.key"]
@@ -360,20 +385,25 @@ pub fn plan(
     let mut changed = false;
     let old_ca = existing.get(CA_NAME);
     let ca = match old_ca {
-        Some(ca) if ca.fresh(now) && ca.fits(lifetimes.ca) && ca.key_parses() => ca.clone(),
+        Some(ca)
+            if ca.fresh(now, lifetimes.ca_renew_before)
+                && ca.fits(lifetimes.ca)
+                && ca.key_parses() =>
+        {
+            ca.clone()
+        }
         _ => {
             changed = true;
             new_ca(now, lifetimes.ca)?
         }
     };
     let ca_pem = ca.data.get("tls.crt").cloned().unwrap_or_default();
-    let mut renew_at = ca
-        .time(NOT_AFTER_ANNOTATION)
-        .zip(ca.time(NOT_BEFORE_ANNOTATION))
-        .map_or(now, |(until, from)| until - (until - from) / 5);
+    let mut renew_at = ca.renew_at(lifetimes.ca_renew_before).unwrap_or(now);
     for leaf in leaves(namespace) {
         let current = existing.get(leaf.secret).filter(|s| {
-            s.fresh(now) && s.fits(lifetimes.leaf) && s.data.get("ca.crt") == Some(&ca_pem)
+            s.fresh(now, lifetimes.leaf_renew_before)
+                && s.fits(lifetimes.leaf)
+                && s.data.get("ca.crt") == Some(&ca_pem)
         });
         let secret = match current {
             Some(s) => s.clone(),
@@ -382,11 +412,8 @@ pub fn plan(
                 new_leaf(&leaf, &ca, now, lifetimes.leaf)?
             }
         };
-        if let (Some(from), Some(until)) = (
-            secret.time(NOT_BEFORE_ANNOTATION),
-            secret.time(NOT_AFTER_ANNOTATION),
-        ) {
-            renew_at = renew_at.min(until - (until - from) / 5);
+        if let Some(due) = secret.renew_at(lifetimes.leaf_renew_before) {
+            renew_at = renew_at.min(due);
         }
         secrets.insert(leaf.secret.to_string(), secret);
     }
@@ -636,18 +663,67 @@ mod tests {
             .is_err());
     }
 
+    fn kubevirt_with(strategy: serde_json::Value) -> KubeVirt {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
+            "metadata": {"name": "kubevirt", "namespace": "kubevirt"},
+            "spec": {"certificateRotateStrategy": strategy}
+        }))
+        .unwrap()
+    }
+
     #[test]
-    fn durations_parse_and_refuse_nonsense() {
-        assert_eq!(parse_duration("90s"), Some(Duration::from_secs(90)));
-        assert_eq!(parse_duration("10m"), Some(Duration::from_secs(600)));
+    fn lifetimes_come_from_the_crs_certificate_rotate_strategy() {
         assert_eq!(
-            parse_duration("168h"),
-            Some(Duration::from_secs(168 * 3600))
+            Lifetimes::of(&kubevirt_with(json!({}))),
+            Lifetimes::default()
         );
-        assert_eq!(parse_duration("120"), Some(Duration::from_secs(120)));
-        for bad in ["", "30s", "1d", "m", "-5m", "10 m"] {
-            assert_eq!(parse_duration(bad), None, "{bad:?}");
-        }
+        let set = Lifetimes::of(&kubevirt_with(json!({"selfSigned": {
+            "ca": {"duration": "10m", "renewBefore": "2m"},
+            "server": {"duration": "1m30s"}
+        }})));
+        assert_eq!(set.ca, Duration::from_secs(600));
+        assert_eq!(set.ca_renew_before, Some(Duration::from_secs(120)));
+        assert_eq!(set.leaf, Duration::from_secs(90));
+        assert_eq!(set.leaf_renew_before, None);
+        // Written before virt-api could refuse it: the defaults stand in for nonsense.
+        let bad = Lifetimes::of(&kubevirt_with(json!({"selfSigned": {
+            "ca": {"duration": "soon"},
+            "server": {"duration": "10s", "renewBefore": "48h"}
+        }})));
+        assert_eq!(bad, Lifetimes::default());
+    }
+
+    #[test]
+    fn renew_before_sets_when_a_certificate_is_due() {
+        let lifetimes = Lifetimes {
+            leaf_renew_before: Some(Duration::from_secs(3600)),
+            ..Lifetimes::default()
+        };
+        let first = plan("kubevirt", &BTreeMap::new(), None, NOW, lifetimes).unwrap();
+        let until: i64 = first.secrets[VIRT_API_SECRET].annotations[NOT_AFTER_ANNOTATION]
+            .parse()
+            .unwrap();
+        assert_eq!(first.renew_at, until - 3600);
+        let keep = |at| {
+            plan(
+                "kubevirt",
+                &first.secrets,
+                Some(&first.ca_bundle),
+                at,
+                lifetimes,
+            )
+            .unwrap()
+        };
+        assert!(!keep(until - 3601).changed);
+        let renewed = keep(until - 3600);
+        assert!(renewed.changed);
+        assert_ne!(
+            renewed.secrets[VIRT_API_SECRET],
+            first.secrets[VIRT_API_SECRET]
+        );
+        // The CA (168h, a fifth left) is not due yet.
+        assert_eq!(renewed.secrets[CA_NAME], first.secrets[CA_NAME]);
     }
 
     #[test]
@@ -656,6 +732,7 @@ mod tests {
         let short = Lifetimes {
             ca: Duration::from_secs(600),
             leaf: Duration::from_secs(60),
+            ..Lifetimes::default()
         };
         let p = plan(
             "kubevirt",

@@ -48,17 +48,11 @@ pub struct Context {
     /// The namespace the operator runs in and installs into.
     pub namespace: String,
     pub image: OperatorImage,
-    pub lifetimes: Lifetimes,
     recorder: Recorder,
 }
 
 impl Context {
-    pub fn new(
-        client: Client,
-        namespace: String,
-        image: OperatorImage,
-        lifetimes: Lifetimes,
-    ) -> Arc<Context> {
+    pub fn new(client: Client, namespace: String, image: OperatorImage) -> Arc<Context> {
         let reporter = Reporter {
             controller: "virt-operator".into(),
             instance: std::env::var("POD_NAME").ok(),
@@ -68,7 +62,6 @@ impl Context {
             client,
             namespace,
             image,
-            lifetimes,
         })
     }
 
@@ -543,7 +536,7 @@ async fn deploy(kv: &KubeVirt, ctx: &Context) -> Result<Action, Error> {
         &existing,
         bundle.as_deref(),
         now_unix(),
-        ctx.lifetimes,
+        Lifetimes::of(kv),
     )?;
     if plan.changed {
         log::info!("issuing certificates (digest {})", plan.digest());
@@ -682,7 +675,7 @@ async fn uninstall(kv: &KubeVirt, ctx: &Context) -> Result<Action, Error> {
         &BTreeMap::new(),
         None,
         now_unix(),
-        ctx.lifetimes,
+        Lifetimes::of(kv),
     )?;
     let mut objects = install::desired(&cfg, &plan, "")?;
     objects.reverse();

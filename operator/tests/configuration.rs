@@ -3,7 +3,9 @@
 //! VMI's launcher Pod asks for no `/dev/kvm` and the VMI runs (QEMU TCG); with it off again the
 //! next one asks for `/dev/kvm`. virt-controller's Pod is the same throughout. Run alone by
 //! hack/test.sh (it changes a cluster-wide setting for a while); the CR is put back before any
-//! assertion can fail.
+//! assertion can fail. Settings Ferrovirt cannot honour (post-copy, a bandwidth that is no
+//! quantity, a certificate renewed before it is issued) are refused by virt-api's webhook with
+//! their field paths, and the CR stays as it was.
 
 mod common;
 
@@ -131,4 +133,48 @@ async fn use_emulation_reaches_the_components_without_a_restart() {
     // The CR change is configuration only: the install stays Deployed at its version.
     wait_deployed(&client, &tag).await;
     drop(ns);
+}
+
+#[tokio::test]
+async fn settings_ferrovirt_cannot_honour_are_refused_with_their_paths() {
+    let client = client().await;
+    ensure_installed(&client).await;
+    let refused = |patch: serde_json::Value| {
+        let client = client.clone();
+        async move {
+            let answer = kubevirts(&client)
+                .patch("kubevirt", &PatchParams::default(), &Patch::Merge(patch))
+                .await;
+            match answer {
+                Err(kube::Error::Api(e)) => e.message,
+                other => panic!("the CR change was not refused: {other:?}"),
+            }
+        }
+    };
+    let why = refused(
+        serde_json::json!({"spec": {"configuration": {"migrations": {
+        "allowPostCopy": true, "bandwidthPerMigration": "fast"}}}}),
+    )
+    .await;
+    for path in [
+        "spec.configuration.migrations.allowPostCopy",
+        "spec.configuration.migrations.bandwidthPerMigration",
+    ] {
+        assert!(why.contains(path), "{path} missing from: {why}");
+    }
+    let why = refused(serde_json::json!({"spec": {"certificateRotateStrategy": {
+        "selfSigned": {"server": {"duration": "1h", "renewBefore": "2h"}}}}}))
+    .await;
+    assert!(
+        why.contains("spec.certificateRotateStrategy.selfSigned.server.renewBefore"),
+        "{why}"
+    );
+    let spec = kubevirts(&client)
+        .get("kubevirt")
+        .await
+        .expect("the KubeVirt CR")
+        .spec;
+    assert!(spec.certificate_rotate_strategy.is_none(), "{spec:?}");
+    let migrations = spec.configuration.and_then(|c| c.migrations);
+    assert!(migrations.is_none(), "{migrations:?}");
 }

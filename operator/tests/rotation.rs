@@ -1,14 +1,14 @@
 //! Certificate rotation on the local cluster (run alone by hack/test.sh: virt-api and
 //! virt-handler restart onto new certificates several times).
 //!
-//! The operator is given short lifetimes (`VIRT_OPERATOR_CA_LIFETIME=10m`,
-//! `VIRT_OPERATOR_CERT_LIFETIME=60s`, set on its Deployment as a user would): it replaces the
-//! longer-lived CA and certificates at once, keeps the old CA in the `kubevirt-ca` bundle, and
-//! renews virt-api's certificate again before it expires, with the CA kept. Through it the
-//! install stays Deployed, virt-api's pods restart onto the new certificate, and kube-apiserver
-//! still reaches virt-api: a VM is admitted by its webhooks and the subresources API answers.
-//! Afterwards the lifetimes are unset and the CA Secret deleted, so the operator issues
-//! certificates with the default lifetimes again.
+//! The KubeVirt CR is given short lifetimes, as a KubeVirt user would write them
+//! (`certificateRotateStrategy.selfSigned`: CA `10m`, server certificates `1m` renewed `20s`
+//! before they end): the operator replaces the longer-lived CA and certificates at once, keeps
+//! the old CA in the `kubevirt-ca` bundle, and renews virt-api's certificate again before it
+//! expires, with the CA kept. Through it the install stays Deployed, virt-api's pods restart
+//! onto the new certificate, and kube-apiserver still reaches virt-api: a VM is admitted by its
+//! webhooks and the subresources API answers. Afterwards the strategy is removed and the CA
+//! Secret deleted, so the operator issues certificates with the default lifetimes again.
 
 mod common;
 
@@ -58,7 +58,7 @@ async fn api_pods(client: &Client) -> Vec<String> {
         .collect()
 }
 
-/// Puts the operator back to the default lifetimes, even when the test fails.
+/// Puts the CR back to the default lifetimes, even when the test fails.
 struct DefaultLifetimes;
 
 impl Drop for DefaultLifetimes {
@@ -66,13 +66,14 @@ impl Drop for DefaultLifetimes {
         let _ = kubectl(&[
             "-n",
             NS,
-            "set",
-            "env",
-            "deployment/virt-operator",
-            "VIRT_OPERATOR_CA_LIFETIME-",
-            "VIRT_OPERATOR_CERT_LIFETIME-",
+            "patch",
+            "kv",
+            "kubevirt",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"certificateRotateStrategy":null}}"#,
         ]);
-        let _ = kubectl(&["-n", NS, "rollout", "status", "deployment/virt-operator"]);
         let _ = kubectl(&["-n", NS, "delete", "secret", "kubevirt-ca"]);
     }
 }
@@ -86,14 +87,20 @@ async fn certificates_rotate_before_expiry_and_virt_api_stays_reachable() {
     let pods0 = api_pods(&client).await;
 
     let guard = DefaultLifetimes;
+    let strategy = serde_json::json!({"spec": {"certificateRotateStrategy": {"selfSigned": {
+        "ca": {"duration": "10m"},
+        "server": {"duration": "1m", "renewBefore": "20s"}
+    }}}});
     kubectl_ok(&[
         "-n",
         NS,
-        "set",
-        "env",
-        "deployment/virt-operator",
-        "VIRT_OPERATOR_CA_LIFETIME=10m",
-        "VIRT_OPERATOR_CERT_LIFETIME=60s",
+        "patch",
+        "kv",
+        "kubevirt",
+        "--type",
+        "merge",
+        "-p",
+        &strategy.to_string(),
     ]);
 
     // 1. Shorter lifetimes replace the CA and the certificates at once; the bundle keeps the
@@ -117,7 +124,15 @@ async fn certificates_rotate_before_expiry_and_virt_api_stays_reachable() {
     assert!(both.starts_with(&ca1), "the bundle starts with the new CA");
     assert!(both.contains(&ca0), "the bundle keeps the old CA");
 
-    // 2. Before the minute is up, virt-api's certificate is renewed again; the CA is kept.
+    // 2. 20 s before its minute is up, virt-api's certificate is renewed again; the CA is kept.
+    let until1: i64 = Api::<Secret>::namespaced(client.clone(), NS)
+        .get(API_CERTS)
+        .await
+        .expect("virt-api's Secret")
+        .metadata
+        .annotations
+        .and_then(|a| a.get("kubevirt.io/cert-not-after")?.parse().ok())
+        .expect("the certificate's not-after annotation");
     let cert2 = wait_for(
         "virt-api's certificate renewed before expiry",
         Duration::from_secs(150),
@@ -127,6 +142,11 @@ async fn certificates_rotate_before_expiry_and_virt_api_stays_reachable() {
         },
     )
     .await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs() as i64;
+    assert!(now < until1, "renewed {} s after expiry", now - until1);
     assert_ne!(cert2, cert0);
     assert_eq!(secret(&client, "kubevirt-ca").await["tls.crt"], ca1);
 

@@ -2,14 +2,13 @@
 //! KubeVirt CRs of its namespace, with the component images of its own registry and tag: those
 //! of `--image`, else of `$VIRT_OPERATOR_IMAGE`, else of the image its own Pod runs
 //! (`$POD_NAME` in `$POD_NAMESPACE`), so changing the operator Deployment's image upgrades.
-//! Certificate lifetimes: `$VIRT_OPERATOR_CA_LIFETIME` (default 168h) and
-//! `$VIRT_OPERATOR_CERT_LIFETIME` (default 24h).
+//! Certificate lifetimes come from the CR's `certificateRotateStrategy` (KubeVirt's defaults:
+//! CA 168h, certificates 24h).
 
 use std::process::ExitCode;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use operator::certs::Lifetimes;
 use operator::install::OperatorImage;
 use operator::reconcile::{run, Context};
 
@@ -85,18 +84,6 @@ async fn main() -> ExitCode {
         own.prefix,
         own.tag
     );
-    let lifetimes = match Lifetimes::from_env() {
-        Ok(lifetimes) => lifetimes,
-        Err(e) => {
-            eprintln!("virt-operator: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    log::info!(
-        "certificates: CA for {:?}, leaves for {:?}, renewed with a fifth of their life left",
-        lifetimes.ca,
-        lifetimes.leaf
-    );
-    run(Context::new(client, namespace, own, lifetimes)).await;
+    run(Context::new(client, namespace, own)).await;
     ExitCode::SUCCESS
 }
