@@ -61,10 +61,16 @@ pub fn status_from_domain(
         ),
     );
     if state == DomainState::Paused {
-        set_condition(
-            &mut status,
-            Condition::new("Paused", true, "PausedByUser", "the VMI was paused"),
-        );
+        // KubeVirt's reasons and messages.
+        let (reason, message) = if domain.io_error {
+            (
+                "PausedIOError",
+                "VMI was paused, low-level IO error detected",
+            )
+        } else {
+            ("PausedByUser", "the VMI was paused")
+        };
+        set_condition(&mut status, Condition::new("Paused", true, reason, message));
     } else {
         status.conditions.retain(|c| c.type_ != "Paused");
     }
@@ -215,6 +221,26 @@ mod tests {
             now(),
         );
         assert!(resumed.conditions.iter().all(|c| c.type_ != "Paused"));
+    }
+
+    #[test]
+    fn a_full_disk_pauses_with_kubevirts_io_error_reason() {
+        let full = Domain {
+            io_error: true,
+            ..domain(DomainState::Paused, Backend::QemuTcg)
+        };
+        let status = status_from_domain(&vmi(VmiPhase::Running), &full, &observed(), now());
+        let paused = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Paused")
+            .unwrap();
+        assert_eq!(paused.reason.as_deref(), Some("PausedIOError"));
+        assert_eq!(
+            paused.message.as_deref(),
+            Some("VMI was paused, low-level IO error detected")
+        );
+        assert_eq!(status.phase, Some(VmiPhase::Running));
     }
 
     #[test]

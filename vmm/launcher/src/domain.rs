@@ -61,6 +61,8 @@ pub struct DomainInfo {
     pub memory_bytes: u64,
     pub started: Instant,
     pub grace_period_seconds: i64,
+    /// Paused by the VMM on a disk write the host had no room for.
+    pub io_error: bool,
 }
 
 impl DomainInfo {
@@ -87,6 +89,7 @@ impl DomainInfo {
             }),
             console_socket: console_socket.to_string(),
             migration: None,
+            io_error: self.io_error,
         }
     }
 }

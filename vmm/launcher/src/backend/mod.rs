@@ -61,6 +61,9 @@ pub fn choose(use_emulation: bool, kvm: &KvmCapability) -> BackendChoice {
 pub enum VmStatus {
     Running,
     Paused,
+    /// The VMM paused the guest because a disk write failed for want of room on the host; the
+    /// write waits and is retried on resume (why, in the VMM's words).
+    PausedOnIoError(String),
     /// The VM is gone; `crashed` when it did not end by a power-off or a host request.
     Exited {
         reason: String,

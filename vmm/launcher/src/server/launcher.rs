@@ -316,6 +316,7 @@ impl Launcher {
                     .spec
                     .termination_grace_period_seconds
                     .unwrap_or(api::defaults::DEFAULT_GRACE_PERIOD_SECONDS),
+                io_error: false,
             },
             backend,
             writable_disks,
@@ -362,6 +363,7 @@ impl Launcher {
         self.with_vm(vmi, |this, vm| {
             Self::require_live(vm)?;
             vm.backend.resume()?;
+            vm.info.io_error = false;
             this.set_state(vm, DomainState::Running, "unpaused by the handler");
             Ok(this.domain(vm))
         })
@@ -383,7 +385,7 @@ impl Launcher {
             vm.backend.reset()?;
             // A paused VM stays paused through a reset.
             let state = match vm.backend.poll() {
-                VmStatus::Paused => DomainState::Paused,
+                VmStatus::Paused | VmStatus::PausedOnIoError(_) => DomainState::Paused,
                 _ => DomainState::Running,
             };
             this.set_state(vm, state, "reset by the handler");
@@ -522,11 +524,17 @@ impl Launcher {
                 self.set_state(vm, state, &reason);
             }
             // The source pauses at the switch-over, the target until the stream ends.
-            VmStatus::Paused if migrating => {}
+            VmStatus::Paused | VmStatus::PausedOnIoError(_) if migrating => {}
+            VmStatus::PausedOnIoError(why) => {
+                vm.info.io_error = true;
+                let reason = format!("paused by the VMM: {why}; unpause once the disk has room");
+                self.set_state(vm, DomainState::Paused, &reason);
+            }
             VmStatus::Paused if vm.info.state == DomainState::Running => {
                 self.set_state(vm, DomainState::Paused, "paused by the VMM");
             }
             VmStatus::Running if vm.info.state == DomainState::Paused => {
+                vm.info.io_error = false;
                 self.set_state(vm, DomainState::Running, "resumed by the VMM");
             }
             _ => {}

@@ -71,6 +71,10 @@ pub struct QemuVm {
     qmp: Qmp,
     stderr: Arc<Mutex<String>>,
     paused: bool,
+    /// Set by a `BLOCK_IO_ERROR` that stopped the VM (QEMU's `werror=enospc`), until it resumes.
+    io_error: Option<String>,
+    /// The VMI's disk names, by QEMU drive index (`disk<N>`).
+    disk_names: Vec<String>,
     shutting_down: bool,
     /// Set by [`Backend::kill`]: why the host stopped the VM.
     host_stop: Option<String>,
@@ -165,6 +169,8 @@ impl QemuVm {
                 qmp,
                 stderr,
                 paused: true,
+                io_error: None,
+                disk_names: config.disks.iter().map(|d| d.id.clone()).collect(),
                 shutting_down: false,
                 host_stop: None,
                 guest_shutdown: false,
@@ -205,7 +211,13 @@ impl QemuVm {
         for event in self.qmp.take_events() {
             match event.name.as_str() {
                 "STOP" => self.paused = true,
-                "RESUME" => self.paused = false,
+                "RESUME" => {
+                    self.paused = false;
+                    self.io_error = None;
+                }
+                "BLOCK_IO_ERROR" if event.data["action"] == json!("stop") => {
+                    self.io_error = Some(io_error_text(&event.data, &self.disk_names));
+                }
                 "SHUTDOWN" if event.data["guest"] == json!(true) => self.guest_shutdown = true,
                 "GUEST_PANICKED" => self.panicked = true,
                 "RESET" if self.shutting_down && event.data["guest"] == json!(true) => {
@@ -290,6 +302,7 @@ impl Backend for QemuVm {
     fn resume(&mut self) -> Result<(), BackendError> {
         self.execute("cont", None)?;
         self.paused = false;
+        self.io_error = None;
         Ok(())
     }
 
@@ -371,7 +384,10 @@ impl Backend for QemuVm {
                 self.exited = Some((reason.clone(), crashed));
                 VmStatus::Exited { reason, crashed }
             }
-            Ok(None) if self.paused => VmStatus::Paused,
+            Ok(None) if self.paused => match &self.io_error {
+                Some(why) => VmStatus::PausedOnIoError(why.clone()),
+                None => VmStatus::Paused,
+            },
             Ok(None) => VmStatus::Running,
             Err(e) => VmStatus::Exited {
                 reason: format!("cannot wait for QEMU: {e}"),
@@ -451,6 +467,31 @@ impl Backend for QemuVm {
     }
 }
 
+/// What a `BLOCK_IO_ERROR` event says, with QEMU's drive `disk<N>` named by the VMI's disk
+/// name: `write on disk emptydisk: No space left on device`.
+fn io_error_text(data: &serde_json::Value, disk_names: &[String]) -> String {
+    let drive = [&data["device"], &data["node-name"], &data["qom-path"]]
+        .into_iter()
+        .filter_map(|v| v.as_str())
+        .find(|s| !s.is_empty())
+        .unwrap_or("?");
+    let name = drive
+        .strip_prefix("disk")
+        .and_then(|n| n.parse::<usize>().ok())
+        .and_then(|n| disk_names.get(n));
+    let device = match name {
+        Some(name) => format!("disk {name}"),
+        None => format!("drive {drive}"),
+    };
+    let operation = data["operation"].as_str().unwrap_or("I/O");
+    let reason = match (data["reason"].as_str(), data["nospace"].as_bool()) {
+        (Some(reason), _) => reason.to_string(),
+        (None, Some(true)) => "no space left on the host".to_string(),
+        (None, _) => "I/O error".to_string(),
+    };
+    format!("{operation} on {device}: {reason}")
+}
+
 /// Reads QMP's `query-migrate` answer (either side of the stream).
 pub fn migration_progress(answer: &serde_json::Value) -> MigrationProgress {
     let number = |section: &str, field: &str| answer[section][field].as_u64().unwrap_or(0);
@@ -483,6 +524,22 @@ impl Drop for QemuVm {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_block_io_error_names_the_disk_and_why() {
+        let full = json!({"device": "disk2", "node-name": "#block391", "operation": "write",
+                          "action": "stop", "nospace": true, "reason": "No space left on device"});
+        let names = ["root", "cloudinit", "scratch"].map(String::from);
+        assert_eq!(
+            io_error_text(&full, &names),
+            "write on disk scratch: No space left on device"
+        );
+        let bare = json!({"device": "", "node-name": "n1", "operation": "read", "nospace": true});
+        assert_eq!(
+            io_error_text(&bare, &names),
+            "read on drive n1: no space left on the host"
+        );
+    }
 
     #[test]
     fn query_migrate_answers() {
