@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use api::VirtualMachine;
 use common::*;
-use ferrovirt_tests::{client, tiny_vm, wait_for, TestNamespace};
+use ferrovirt_tests::{client, patch_kubevirt_cr, tiny_vm, wait_for, TestNamespace};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
@@ -63,17 +63,8 @@ struct DefaultLifetimes;
 
 impl Drop for DefaultLifetimes {
     fn drop(&mut self) {
-        let _ = kubectl(&[
-            "-n",
-            NS,
-            "patch",
-            "kv",
-            "kubevirt",
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"certificateRotateStrategy":null}}"#,
-        ]);
+        let _ =
+            patch_kubevirt_cr(&serde_json::json!({"spec": {"certificateRotateStrategy": null}}));
         let _ = kubectl(&["-n", NS, "delete", "secret", "kubevirt-ca"]);
     }
 }
@@ -91,17 +82,8 @@ async fn certificates_rotate_before_expiry_and_virt_api_stays_reachable() {
         "ca": {"duration": "10m"},
         "server": {"duration": "1m", "renewBefore": "20s"}
     }}}});
-    kubectl_ok(&[
-        "-n",
-        NS,
-        "patch",
-        "kv",
-        "kubevirt",
-        "--type",
-        "merge",
-        "-p",
-        &strategy.to_string(),
-    ]);
+    let out = patch_kubevirt_cr(&strategy);
+    assert_eq!(out.code, Some(0), "patching the KubeVirt CR: {out:?}");
 
     // 1. Shorter lifetimes replace the CA and the certificates at once; the bundle keeps the
     //    old CA while clients move over.

@@ -301,3 +301,19 @@ pub fn kubectl(namespace: &str, args: &[&str]) -> CommandOutput {
     all.extend_from_slice(args);
     run(Path::new("kubectl"), &all)
 }
+
+/// Merges `patch` into the KubeVirt CR (`kubevirt/kubevirt`) with kubectl, as a user would.
+pub fn patch_kubevirt_cr(patch: &serde_json::Value) -> CommandOutput {
+    kubectl(
+        "kubevirt",
+        &[
+            "patch",
+            "kv",
+            "kubevirt",
+            "--type",
+            "merge",
+            "-p",
+            &patch.to_string(),
+        ],
+    )
+}

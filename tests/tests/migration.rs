@@ -21,7 +21,8 @@ use api::migration::{MigrationPhase, VirtualMachineInstanceMigration};
 use api::vmi::MigrationState;
 use api::{VirtualMachine, VirtualMachineInstance, VmiPhase};
 use ferrovirt_tests::{
-    client, kubectl, launcher_pids, read_console, restart_handler, virtctl, wait_for, TestNamespace,
+    client, launcher_pids, patch_kubevirt_cr, read_console, restart_handler, virtctl, wait_for,
+    TestNamespace,
 };
 use k8s_openapi::api::core::v1::{Event, Node, PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -209,18 +210,7 @@ struct MigrationSettings;
 impl MigrationSettings {
     fn set(settings: serde_json::Value) -> MigrationSettings {
         let patch = serde_json::json!({"spec": {"configuration": {"migrations": settings}}});
-        let out = kubectl(
-            "kubevirt",
-            &[
-                "patch",
-                "kv",
-                "kubevirt",
-                "--type",
-                "merge",
-                "-p",
-                &patch.to_string(),
-            ],
-        );
+        let out = patch_kubevirt_cr(&patch);
         assert_eq!(out.code, Some(0), "patching the KubeVirt CR: {out:?}");
         MigrationSettings
     }
@@ -228,11 +218,8 @@ impl MigrationSettings {
 
 impl Drop for MigrationSettings {
     fn drop(&mut self) {
-        let patch = r#"{"spec":{"configuration":{"migrations":null}}}"#;
-        let out = kubectl(
-            "kubevirt",
-            &["patch", "kv", "kubevirt", "--type", "merge", "-p", patch],
-        );
+        let patch = serde_json::json!({"spec": {"configuration": {"migrations": null}}});
+        let out = patch_kubevirt_cr(&patch);
         if out.code != Some(0) {
             eprintln!("could not remove the migration settings: {out:?}");
         }

@@ -155,14 +155,7 @@ pub async fn reconcile(
     if !migration.finalizers().iter().any(|f| f == FINALIZER) {
         let mut finalizers = migration.finalizers().to_vec();
         finalizers.push(FINALIZER.into());
-        let patch = json!({"metadata": {"finalizers": finalizers}});
-        migrations
-            .patch(
-                &migration.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await?;
+        patch_finalizers(&migrations, &migration, finalizers).await?;
         return Ok(Action::requeue(Duration::from_millis(100)));
     }
 
@@ -549,15 +542,24 @@ async fn release(
         .cloned()
         .collect();
     if finalizers.len() != migration.finalizers().len() {
-        let patch = json!({"metadata": {"finalizers": finalizers}});
-        migrations
-            .patch(
-                &migration.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await?;
+        patch_finalizers(migrations, migration, finalizers).await?;
     }
+    Ok(())
+}
+
+async fn patch_finalizers(
+    migrations: &Api<VirtualMachineInstanceMigration>,
+    migration: &VirtualMachineInstanceMigration,
+    finalizers: Vec<String>,
+) -> Result<(), Error> {
+    let patch = json!({"metadata": {"finalizers": finalizers}});
+    migrations
+        .patch(
+            &migration.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
     Ok(())
 }
 
