@@ -330,11 +330,9 @@ fn virtio_devices(config: &VmConfig) -> Result<Vec<Box<dyn VirtioDevice>>, Start
             .map_err(|e| StartVmError::OpenDisk(disk.path.clone(), e))?;
         let backend =
             RawFile::new(file).map_err(|e| StartVmError::OpenDisk(disk.path.clone(), e))?;
-        devices.push(Box::new(Block::new(
-            Box::new(backend),
-            disk.readonly,
-            &disk.id,
-        )));
+        let block = Block::new(Box::new(backend), disk.readonly, &disk.id)
+            .map_err(|e| StartVmError::OpenDisk(disk.path.clone(), e))?;
+        devices.push(Box::new(block));
     }
     for net in &config.net {
         let mac = parse_mac(&net.mac).ok_or_else(|| StartVmError::BadMac(net.id.clone()))?;

@@ -23,6 +23,7 @@ use vmm_sys_util::signal::Killable;
 
 use crate::devices::legacy::i8042::I8042;
 use crate::devices::legacy::serial::SerialDevice;
+use crate::devices::virtio::block::DiskHandle;
 use crate::devices::virtio::mmio::MmioTransport;
 use crate::lifecycle::{Requested, ResetPolicy, RunControl, VmExit};
 use crate::vstate::vcpu::{kick_signal, SharedVcpuFd};
@@ -200,6 +201,28 @@ impl Vmm {
         drop(state);
         self.control.notify();
         Ok(())
+    }
+
+    /// The first disk whose queue waits for room on the host (a write failed with ENOSPC), as
+    /// `(disk id, why)`. The guest's request is kept: pause the VM, make room, then
+    /// [`Vmm::retry_io`] and resume.
+    pub fn stalled_disk(&self) -> Option<(String, String)> {
+        self.disks()
+            .find_map(|disk| disk.stalled().map(|why| (disk.id().to_string(), why)))
+    }
+
+    /// Runs the writes that waited for room again (they wait again if there is still none).
+    pub fn retry_io(&self) {
+        for disk in self.disks() {
+            disk.retry();
+        }
+    }
+
+    fn disks(&self) -> impl Iterator<Item = DiskHandle> + '_ {
+        self.devices
+            .virtio
+            .iter()
+            .filter_map(|t| t.lock().unwrap_or_else(|e| e.into_inner()).disk())
     }
 
     /// Hardware reset in place: parks the vCPUs, puts devices, interrupt controllers and vCPUs

@@ -232,6 +232,8 @@ impl Backend for KvmVm {
     fn resume(&mut self) -> Result<(), BackendError> {
         self.take_arrived();
         let vm = self.vm()?;
+        // Writes that waited for room on the host run again (and wait again if there is none).
+        vm.retry_io();
         if vm.state() == VmState::Running {
             return Ok(());
         }
@@ -287,11 +289,30 @@ impl Backend for KvmVm {
             // The target waits for its VM, as QEMU waits paused with `-incoming`.
             return VmStatus::Paused;
         };
-        let state = vmm.read().unwrap_or_else(|e| e.into_inner()).state();
-        match state {
-            VmState::Running => VmStatus::Running,
-            VmState::Paused => VmStatus::Paused,
-            VmState::Stopped(exit) => {
+        let vm = vmm.read().unwrap_or_else(|e| e.into_inner());
+        let state = vm.state();
+        let stalled = vm.stalled_disk();
+        drop(vm);
+        let was_paused = state == VmState::Paused;
+        match (state, stalled) {
+            (VmState::Running | VmState::Paused, Some((disk, why))) => {
+                // As QEMU's werror=enospc: the guest stops at the write the host had no room
+                // for, which waits at the head of its queue.
+                let paused = was_paused || {
+                    let vm = vmm.read().unwrap_or_else(|e| e.into_inner());
+                    vm.pause()
+                        .map_err(|e| log::warn!("pausing on a full disk: {e}"))
+                        .is_ok()
+                };
+                if paused {
+                    VmStatus::PausedOnIoError(format!("disk {disk}: {why}"))
+                } else {
+                    VmStatus::Running
+                }
+            }
+            (VmState::Running, None) => VmStatus::Running,
+            (VmState::Paused, None) => VmStatus::Paused,
+            (VmState::Stopped(exit), _) => {
                 // Join the vCPU threads (they have all left already), unless a migration
                 // thread still holds the VM.
                 let exit = match vmm.try_write() {

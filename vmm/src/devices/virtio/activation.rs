@@ -69,6 +69,9 @@ impl Activation {
     }
 }
 
+/// The worker event token of a one-queue device's wake eventfd.
+const WAKE_TOKEN: u64 = 1;
+
 /// The worker events of a device's queues: queue `i`'s notify eventfd, token `i`,
 /// level-triggered.
 pub fn queue_events(queue_evts: &[EventFd]) -> Vec<WorkerEvent> {
@@ -105,11 +108,13 @@ impl DeviceWorker {
 
     /// Activates a one-queue device: checks `activation` has one queue, builds the worker's
     /// state with `make` (guest memory, the queue, the interrupt) and starts the worker thread
-    /// `name`, which runs `process` on the state at each notification of the queue.
+    /// `name`, which runs `process` on the state at each notification of the queue, and at each
+    /// write to `wake` when given (the device's own reason to look at the queue again).
     pub fn start_single_queue<S, M, P>(
         &mut self,
         name: &str,
         activation: Activation,
+        wake: Option<Arc<EventFd>>,
         make: M,
         mut process: P,
     ) -> Result<(), ActivateError>
@@ -125,11 +130,23 @@ impl DeviceWorker {
             interrupt,
             ..
         } = activation.into_queues()?;
-        let events = queue_events(std::slice::from_ref(&evt));
+        let mut events = queue_events(std::slice::from_ref(&evt));
+        if let Some(wake) = &wake {
+            events.push(WorkerEvent {
+                fd: wake.as_raw_fd(),
+                token: WAKE_TOKEN,
+                edge_triggered: false,
+            });
+        }
         let mut state = make(mem, queue, interrupt);
         self.start(name, events, move |token, _| {
-            if token == 0 {
-                let _ = evt.read();
+            let fired = match token {
+                0 => Some(&evt),
+                WAKE_TOKEN => wake.as_deref(),
+                _ => None,
+            };
+            if let Some(fired) = fired {
+                let _ = fired.read();
                 process(&mut state);
             }
         })
@@ -201,12 +218,14 @@ mod tests {
         let one_queue = activation(1, 1);
         let notify = one_queue.queue_evts[0].try_clone().unwrap();
         let runs = Arc::new(AtomicU32::new(0));
+        let wake = Arc::new(EventFd::new(libc::EFD_NONBLOCK).unwrap());
         let mut worker = DeviceWorker::default();
         assert!(worker.handle().is_none());
         worker
             .start_single_queue(
                 "test-queue",
                 one_queue,
+                Some(wake.clone()),
                 |_, queue, _| (queue, runs.clone()),
                 |(queue, runs)| {
                     assert_eq!(queue.max_size(), 16);
@@ -215,12 +234,17 @@ mod tests {
             )
             .unwrap();
         assert!(worker.handle().is_some());
+        let ran = |at_least: u32, what: &str| {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while runs.load(Ordering::SeqCst) < at_least {
+                assert!(Instant::now() < deadline, "the worker never ran on {what}");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
         notify.write(1).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while runs.load(Ordering::SeqCst) == 0 {
-            assert!(Instant::now() < deadline, "the worker never ran");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        ran(1, "the queue notification");
+        wake.write(1).unwrap();
+        ran(2, "the wake eventfd");
         worker.stop();
         assert!(worker.handle().is_none());
         let after_stop = runs.load(Ordering::SeqCst);
@@ -230,7 +254,7 @@ mod tests {
 
         let mut refused = DeviceWorker::default();
         assert!(matches!(
-            refused.start_single_queue("test-queue", activation(2, 2), |_, _, _| (), |_| ()),
+            refused.start_single_queue("test-queue", activation(2, 2), None, |_, _, _| (), |_| ()),
             Err(ActivateError::QueueCount {
                 expected: 1,
                 got: 2

@@ -3,6 +3,11 @@
 //!
 //! Every write is recorded in a bitmap of [`DIRTY_BLOCK`]-byte blocks, which a live migration
 //! reads and clears through the device's [`DiskHandle`] to copy what the guest wrote.
+//!
+//! A write the host has no room for (ENOSPC) does not fail the guest's request: the worker
+//! leaves it at the head of the queue and stalls the disk ([`DiskHandle::stalled`] says why),
+//! as QEMU's `werror=enospc` does. Whoever runs the VM pauses it, and after making room calls
+//! [`DiskHandle::retry`]: the worker runs the request again and the guest loses no write.
 
 use std::io;
 use std::sync::{Arc, Mutex};
@@ -10,8 +15,9 @@ use std::sync::{Arc, Mutex};
 use crate::vstate::memory::GuestMemoryMmap;
 use log::warn;
 use virtio_queue::{Queue, QueueT};
+use vmm_sys_util::eventfd::EventFd;
 
-use super::request::{disk_id, DiskBackend, DiskView, Request};
+use super::request::{disk_id, DiskBackend, DiskView, ExecuteError, Request};
 use super::*;
 use crate::devices::virtio::{
     ActivateError, Activation, DeviceWorker, Interrupt, VirtioDevice, TYPE_BLOCK,
@@ -30,6 +36,8 @@ struct Disk {
     id: [u8; VIRTIO_BLK_ID_BYTES],
     /// Blocks written since the migration last took them: bit `i` is block `i`.
     written: Vec<u64>,
+    /// Why the queue waits: a write the host had no room for.
+    stalled: Option<String>,
 }
 
 /// Sets the bits of the blocks `offset..offset + len` touches.
@@ -73,6 +81,8 @@ impl DiskBackend for Tracking<'_> {
 pub struct DiskHandle {
     disk: Arc<Mutex<Disk>>,
     id: String,
+    /// Wakes the worker to look at the queue again.
+    wake: Arc<EventFd>,
 }
 
 impl DiskHandle {
@@ -114,6 +124,20 @@ impl DiskHandle {
     pub fn flush(&self) -> io::Result<()> {
         self.lock().backend.flush()
     }
+
+    /// Why the guest's requests wait (a write the host had no room for), if they do.
+    pub fn stalled(&self) -> Option<String> {
+        self.lock().stalled.clone()
+    }
+
+    /// Runs the stalled request again (once there is room); it stalls again if there is not.
+    pub fn retry(&self) {
+        if self.lock().stalled.take().is_some() {
+            if let Err(e) = self.wake.write(1) {
+                warn!("virtio-blk {}: wake the worker: {e}", self.id);
+            }
+        }
+    }
 }
 
 /// A virtio-blk device.
@@ -121,26 +145,35 @@ pub struct Block {
     /// Shared with the worker while the device is active.
     disk: Arc<Mutex<Disk>>,
     id: String,
+    wake: Arc<EventFd>,
     capacity: u64,
     readonly: bool,
     worker: DeviceWorker,
 }
 
 impl Block {
-    pub fn new(backend: Box<dyn DiskBackend>, readonly: bool, id: &str) -> Block {
+    pub fn new(backend: Box<dyn DiskBackend>, readonly: bool, id: &str) -> io::Result<Block> {
         let capacity = backend.size_bytes() / SECTOR_SIZE;
-        let blocks = backend.size_bytes().div_ceil(DIRTY_BLOCK);
-        Block {
-            disk: Arc::new(Mutex::new(Disk {
-                backend,
-                readonly,
-                id: disk_id(id),
-                written: vec![0; blocks.div_ceil(64) as usize],
-            })),
+        Ok(Block {
+            disk: Arc::new(Mutex::new(Disk::new(backend, readonly, id))),
             id: id.to_string(),
+            wake: Arc::new(EventFd::new(libc::EFD_NONBLOCK)?),
             capacity,
             readonly,
             worker: DeviceWorker::default(),
+        })
+    }
+}
+
+impl Disk {
+    fn new(backend: Box<dyn DiskBackend>, readonly: bool, id: &str) -> Disk {
+        let blocks = backend.size_bytes().div_ceil(DIRTY_BLOCK);
+        Disk {
+            backend,
+            readonly,
+            id: disk_id(id),
+            written: vec![0; blocks.div_ceil(64) as usize],
+            stalled: None,
         }
     }
 }
@@ -161,24 +194,42 @@ impl BlockWorker {
         let mut used_any = false;
         let mut disk = self.disk.lock().unwrap_or_else(|e| e.into_inner());
         let disk = &mut *disk;
-        while let Some(chain) = self.queue.pop_descriptor_chain(&self.mem) {
+        while disk.stalled.is_none() {
+            let Some(chain) = self.queue.pop_descriptor_chain(&self.mem) else {
+                break;
+            };
             let head = chain.head_index();
             let result = Request::parse(&self.mem, chain)
                 .map_err(|e| e.to_string())
                 .and_then(|req| {
-                    req.execute(
-                        &self.mem,
-                        DiskView {
-                            backend: &mut Tracking {
-                                inner: disk.backend.as_mut(),
-                                written: &mut disk.written,
-                            },
-                            readonly: disk.readonly,
-                            id: &disk.id,
+                    let view = DiskView {
+                        backend: &mut Tracking {
+                            inner: disk.backend.as_mut(),
+                            written: &mut disk.written,
                         },
-                    )
-                    .map_err(|e| e.to_string())
+                        readonly: disk.readonly,
+                        id: &disk.id,
+                    };
+                    match req.execute(&self.mem, view) {
+                        Err(ExecuteError::NoSpace(offset, e)) => {
+                            Ok(Err(format!("write at {offset:#x}: {e}")))
+                        }
+                        Err(e) => Err(e.to_string()),
+                        Ok(len) => Ok(Ok(len)),
+                    }
                 });
+            let result = match result {
+                Ok(Err(no_space)) => {
+                    // Leave the request at the head of the queue for the retry.
+                    let next = self.queue.next_avail();
+                    self.queue.set_next_avail(next.wrapping_sub(1));
+                    warn!("virtio-blk: {no_space}: the queue waits for room");
+                    disk.stalled = Some(no_space);
+                    break;
+                }
+                Ok(Ok(len)) => Ok(len),
+                Err(e) => Err(e),
+            };
             match result {
                 Ok(len) => {
                     if let Err(e) = self.queue.add_used(&self.mem, head, len) {
@@ -224,6 +275,7 @@ impl VirtioDevice for Block {
         self.worker.start_single_queue(
             "virtio-blk",
             activation,
+            Some(self.wake.clone()),
             |mem, queue, interrupt| BlockWorker {
                 mem,
                 queue,
@@ -242,6 +294,7 @@ impl VirtioDevice for Block {
         Some(DiskHandle {
             disk: self.disk.clone(),
             id: self.id.clone(),
+            wake: self.wake.clone(),
         })
     }
 }
@@ -257,13 +310,7 @@ pub(super) mod tests_support {
         interrupt: Arc<Interrupt>,
         disk: D,
     ) -> (BlockWorker, DiskHandle) {
-        let blocks = disk.size_bytes().div_ceil(DIRTY_BLOCK);
-        let disk = Arc::new(Mutex::new(Disk {
-            backend: Box::new(disk),
-            readonly: false,
-            id: disk_id("t"),
-            written: vec![0; blocks.div_ceil(64) as usize],
-        }));
+        let disk = Arc::new(Mutex::new(Disk::new(Box::new(disk), false, "t")));
         let worker = BlockWorker {
             mem,
             queue,
@@ -275,6 +322,7 @@ pub(super) mod tests_support {
             DiskHandle {
                 disk,
                 id: "t".into(),
+                wake: Arc::new(EventFd::new(libc::EFD_NONBLOCK).expect("eventfd")),
             },
         )
     }
@@ -290,12 +338,7 @@ pub(super) mod tests_support {
             mem,
             queue,
             interrupt,
-            disk: Arc::new(Mutex::new(Disk {
-                backend: Box::new(disk),
-                readonly: false,
-                id: disk_id("t"),
-                written: vec![0; 4],
-            })),
+            disk: Arc::new(Mutex::new(Disk::new(Box::new(disk), false, "t"))),
         }
     }
 }

@@ -111,6 +111,16 @@ pub enum ExecuteError {
     GuestMemory(u64, #[source] GuestMemoryError),
     #[error("status byte at {0:#x}")]
     WriteStatus(u64, #[source] GuestMemoryError),
+    /// The host has no room for the write: the request must wait, not fail (the guest would
+    /// lose the write); the worker retries it when told there is room.
+    #[error("write at {0:#x}: no space left on the host")]
+    NoSpace(u64, #[source] std::io::Error),
+}
+
+/// ENOSPC (and EDQUOT, a quota that is full).
+fn is_no_space(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::StorageFull
+        || matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
 }
 
 /// The disk as the request sees it.
@@ -227,8 +237,10 @@ impl Request {
                 } else {
                     mem.read_slice(chunk, guest)
                         .map_err(|e| ExecuteError::GuestMemory(guest.0, e))?;
-                    if disk.backend.write_at(chunk, offset).is_err() {
-                        return Ok((VIRTIO_BLK_S_IOERR, 0));
+                    match disk.backend.write_at(chunk, offset) {
+                        Ok(()) => {}
+                        Err(e) if is_no_space(&e) => return Err(ExecuteError::NoSpace(offset, e)),
+                        Err(_) => return Ok((VIRTIO_BLK_S_IOERR, 0)),
                     }
                 }
                 done += n as u64;

@@ -427,3 +427,86 @@ fn writes_are_recorded_for_migration() {
     assert_eq!(handle.size_bytes(), 1024 * 512);
     assert_eq!(handle.id(), "t");
 }
+
+/// A disk on a host filesystem that is full until `room` is set.
+struct FullDisk {
+    disk: MemDisk,
+    room: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl DiskBackend for FullDisk {
+    fn size_bytes(&self) -> u64 {
+        self.disk.size_bytes()
+    }
+    fn read_at(&mut self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.disk.read_at(buf, offset)
+    }
+    fn write_at(&mut self, buf: &[u8], offset: u64) -> io::Result<()> {
+        if !self.room.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        self.disk.write_at(buf, offset)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.disk.flush()
+    }
+}
+
+#[test]
+fn a_write_the_host_has_no_room_for_waits_and_is_retried() {
+    let mem = mem();
+    header(&mem, VIRTIO_BLK_T_OUT, 3);
+    mem.write_slice(&[0xab; 512], GuestAddress(DATA)).unwrap();
+    let mock = MockSplitQueue::new(&mem, 16);
+    mock.add_desc_chains(
+        &[
+            desc(HDR, 16, NEXT, 1),
+            desc(DATA, 512, NEXT, 2),
+            desc(STATUS, 1, WRITE, 0),
+        ],
+        0,
+    )
+    .unwrap();
+    let queue: Queue = mock.create_queue().unwrap();
+    let interrupt = Arc::new(Interrupt::new(EventFd::new(libc::EFD_NONBLOCK).unwrap()));
+    let room = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let disk = FullDisk {
+        disk: MemDisk::new(8),
+        room: room.clone(),
+    };
+    let (mut worker, handle) = super::device::tests_support::worker_and_handle(
+        mem.clone(),
+        queue,
+        interrupt.clone(),
+        disk,
+    );
+
+    // No room: the request is neither completed nor failed, and the disk says why.
+    worker.process_queue();
+    assert_eq!(mock.used().idx().load(), 0, "the guest's request completed");
+    assert!(!interrupt.is_broken());
+    assert_eq!(status(&mem), 0xff, "a status reached the guest");
+    let why = handle.stalled().expect("the disk is stalled");
+    assert!(
+        why.contains("write at 0x600") && why.contains("os error 28"),
+        "{why}"
+    );
+    // A notification while stalled changes nothing; a retry without room stalls again.
+    worker.process_queue();
+    handle.retry();
+    assert_eq!(handle.stalled(), None);
+    worker.process_queue();
+    assert!(handle.stalled().is_some());
+    assert_eq!(mock.used().idx().load(), 0);
+
+    // Room: the retry writes what the guest asked for, once.
+    room.store(true, std::sync::atomic::Ordering::SeqCst);
+    handle.retry();
+    worker.process_queue();
+    assert_eq!(handle.stalled(), None);
+    assert_eq!(mock.used().idx().load(), 1);
+    assert_eq!(status(&mem), VIRTIO_BLK_S_OK);
+    let mut sector = [0u8; 512];
+    handle.read_at(&mut sector, 3 * 512).unwrap();
+    assert!(sector.iter().all(|b| *b == 0xab));
+}

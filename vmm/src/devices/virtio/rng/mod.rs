@@ -144,6 +144,7 @@ impl VirtioDevice for Rng {
         self.worker.start_single_queue(
             "virtio-rng",
             activation,
+            None,
             |mem, queue, interrupt| RngWorker {
                 mem,
                 queue,
