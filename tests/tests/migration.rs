@@ -78,19 +78,32 @@ struct Count {
     token: String,
 }
 
+/// The complete `fv-count` lines of `text`. A line the console cut (the read ended in it, or
+/// other output broke into it) has a token shorter than its 16 hex digits and is skipped.
 fn counts(text: &str) -> Vec<Count> {
     text.lines()
         .filter_map(|l| {
             let line = l.trim();
             let at = line.find("fv-count ")?;
             let mut parts = line[at + "fv-count ".len()..].split_whitespace();
-            Some(Count {
+            let count = Count {
                 n: parts.next()?.parse().ok()?,
                 uptime: parts.next()?.parse().ok()?,
                 token: parts.next()?.to_string(),
-            })
+            };
+            let whole =
+                count.token.len() == 16 && count.token.chars().all(|c| c.is_ascii_hexdigit());
+            whole.then_some(count)
         })
         .collect()
+}
+
+#[test]
+fn cut_counter_lines_are_skipped() {
+    let text =
+        "fv-count 1 0.50 0123456789abcdef\nfv-count 2 1.00 0123\nfv-count 3 1.50 0123456789abcdef";
+    let seen = counts(text);
+    assert_eq!(seen.iter().map(|c| c.n).collect::<Vec<_>>(), vec![1, 3]);
 }
 
 /// Reads the console of `uid` on `node` until it shows at least `at_least` counts.
