@@ -30,23 +30,6 @@ fn vmi(volumes: serde_json::Value, disks: serde_json::Value) -> serde_json::Valu
     })
 }
 
-async fn sync(
-    client: &mut v1::launcher_client::LauncherClient<tonic::transport::Channel>,
-    json: Vec<u8>,
-    notify_socket: &str,
-) -> Result<v1::DomainResponse, tonic::Status> {
-    client
-        .sync_vmi(v1::SyncVmiRequest {
-            vmi_json: json,
-            options: Some(v1::SyncOptions {
-                use_emulation: true,
-                notify_socket: notify_socket.into(),
-            }),
-        })
-        .await
-        .map(|r| r.into_inner())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_clear_errors_and_the_launcher_stays_up() {
     require_qemu();
@@ -120,7 +103,9 @@ async fn bad_requests_get_clear_errors_and_the_launcher_stays_up() {
         ),
     ];
     for (what, json, notify, code, message) in cases {
-        let status = sync(&mut client, json, &notify).await.expect_err(what);
+        let status = sync_emulated(&mut client, json, &notify)
+            .await
+            .expect_err(what);
         assert_eq!(status.code(), code, "{what}: {status}");
         assert!(
             status.message().contains(message),
@@ -162,7 +147,7 @@ async fn qemu_missing_from_path() {
         json!([{ "name": "scratch", "emptyDisk": { "capacity": "64Mi" } }]),
         json!([]),
     );
-    let status = sync(&mut client, serde_json::to_vec(&vmi).unwrap(), "")
+    let status = sync_emulated(&mut client, serde_json::to_vec(&vmi).unwrap(), "")
         .await
         .expect_err("no QEMU");
     assert_eq!(status.code(), Code::FailedPrecondition, "{status}");
@@ -195,17 +180,12 @@ async fn qemu_death_is_reported_and_a_gone_handler_does_not_stop_the_vm() {
     require_qemu();
     let artifacts = artifacts();
     let dirs = TestDirs::new("death");
-    let mut process = LauncherProcess::start(
-        &dirs,
-        &artifacts.vmlinux(),
-        Some(&artifacts.initramfs()),
-        &[],
-    );
+    let mut process = LauncherProcess::start_with_guest(&dirs, &artifacts);
     let mut client = client(&dirs).await;
     // The handler's notify socket does not exist (the handler is gone).
     let gone = dirs.root.join("gone.sock").display().to_string();
     let vmi = vmi(json!([]), json!([]));
-    let domain = sync(&mut client, serde_json::to_vec(&vmi).unwrap(), &gone)
+    let domain = sync_emulated(&mut client, serde_json::to_vec(&vmi).unwrap(), &gone)
         .await
         .unwrap_or_else(|e| panic!("SyncVMI: {e}\n{}", process.log_text()))
         .domain
@@ -262,15 +242,10 @@ async fn a_guest_that_does_not_shut_down_in_time_is_stopped_by_force() {
     require_qemu();
     let artifacts = artifacts();
     let dirs = TestDirs::new("force");
-    let mut process = LauncherProcess::start(
-        &dirs,
-        &artifacts.vmlinux(),
-        Some(&artifacts.initramfs()),
-        &[],
-    );
+    let mut process = LauncherProcess::start_with_guest(&dirs, &artifacts);
     let mut client = client(&dirs).await;
     let vmi = vmi(json!([]), json!([]));
-    sync(&mut client, serde_json::to_vec(&vmi).unwrap(), "")
+    sync_emulated(&mut client, serde_json::to_vec(&vmi).unwrap(), "")
         .await
         .unwrap_or_else(|e| panic!("SyncVMI: {e}\n{}", process.log_text()));
     wait_state(

@@ -108,16 +108,10 @@ fn vmi() -> serde_json::Value {
 async fn sync(
     client: &mut v1::launcher_client::LauncherClient<tonic::transport::Channel>,
 ) -> Result<v1::Domain, tonic::Status> {
-    client
-        .sync_vmi(v1::SyncVmiRequest {
-            vmi_json: serde_json::to_vec(&vmi()).expect("json"),
-            options: Some(v1::SyncOptions {
-                use_emulation: true,
-                notify_socket: String::new(),
-            }),
-        })
+    let vmi = serde_json::to_vec(&vmi()).expect("json");
+    sync_emulated(client, vmi, "")
         .await
-        .map(|r| r.into_inner().domain.expect("domain"))
+        .map(|r| r.domain.expect("domain"))
 }
 
 /// The guest's line `<label> <digest>` on the console.
@@ -144,12 +138,7 @@ async fn a_full_disk_fails_the_copy_then_pauses_the_guest_and_loses_no_write() {
     let copy_bytes = std::fs::metadata(&rootdisk).expect("rootdisk").blocks() * 512;
     let disk = SmallDisk::mount(&dirs.root.join("disks"), MIB);
 
-    let mut process = LauncherProcess::start(
-        &dirs,
-        &artifacts.vmlinux(),
-        Some(&artifacts.initramfs()),
-        &[],
-    );
+    let mut process = LauncherProcess::start_with_guest(&dirs, &artifacts);
     let mut client = client(&dirs).await;
 
     // 1. No room for the containerDisk's copy: a clear error, and nothing started.

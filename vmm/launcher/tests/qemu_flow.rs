@@ -62,12 +62,7 @@ async fn nocloud_vmi_on_qemu_tcg() {
     dirs.container_disk("containerdisk", &rootdisk);
     let rootdisk_before = sha_of(&rootdisk);
 
-    let mut process = LauncherProcess::start(
-        &dirs,
-        &artifacts.vmlinux(),
-        Some(&artifacts.initramfs()),
-        &[],
-    );
+    let mut process = LauncherProcess::start_with_guest(&dirs, &artifacts);
     let mut client = client(&dirs).await;
     let info = client
         .info(v1::InfoRequest {})
@@ -276,12 +271,7 @@ async fn start_strategy_paused_waits_for_unpause() {
     require_qemu();
     let artifacts = artifacts();
     let dirs = TestDirs::new("paused");
-    let process = LauncherProcess::start(
-        &dirs,
-        &artifacts.vmlinux(),
-        Some(&artifacts.initramfs()),
-        &[],
-    );
+    let process = LauncherProcess::start_with_guest(&dirs, &artifacts);
     let mut client = client(&dirs).await;
     let console = ConsoleReader::connect(&dirs);
     let vmi = serde_json::json!({

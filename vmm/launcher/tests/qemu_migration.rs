@@ -89,12 +89,7 @@ fn launcher(name: &str) -> (TestDirs, LauncherProcess) {
     let artifacts = artifacts();
     let dirs = TestDirs::new(name);
     dirs.container_disk("containerdisk", &artifacts.rootdisk());
-    let process = LauncherProcess::start(
-        &dirs,
-        &artifacts.vmlinux(),
-        Some(&artifacts.initramfs()),
-        &[],
-    );
+    let process = LauncherProcess::start_with_guest(&dirs, &artifacts);
     (dirs, process)
 }
 

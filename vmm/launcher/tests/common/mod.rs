@@ -91,6 +91,16 @@ impl LauncherProcess {
         Self::start_with_env(dirs, kernel, initramfs, extra, &[])
     }
 
+    /// [`Self::start`] with the project's guest kernel and initramfs, no extra flags.
+    pub fn start_with_guest(dirs: &TestDirs, artifacts: &Artifacts) -> LauncherProcess {
+        Self::start(
+            dirs,
+            &artifacts.vmlinux(),
+            Some(&artifacts.initramfs()),
+            &[],
+        )
+    }
+
     /// [`Self::start`] with extra environment variables.
     pub fn start_with_env(
         dirs: &TestDirs,
@@ -289,6 +299,25 @@ impl ConsoleReader {
             .filter_map(|n| n.trim().parse().ok())
             .max()
     }
+}
+
+/// SyncVMI of `vmi_json` with useEmulation (QEMU TCG); `notify_socket` is the handler's
+/// socket for domain events ("" for none).
+pub async fn sync_emulated(
+    client: &mut v1::launcher_client::LauncherClient<Channel>,
+    vmi_json: Vec<u8>,
+    notify_socket: &str,
+) -> Result<v1::DomainResponse, tonic::Status> {
+    client
+        .sync_vmi(v1::SyncVmiRequest {
+            vmi_json,
+            options: Some(v1::SyncOptions {
+                use_emulation: true,
+                notify_socket: notify_socket.into(),
+            }),
+        })
+        .await
+        .map(|r| r.into_inner())
 }
 
 /// Polls `GetDomain` until `state`, with a deadline.
