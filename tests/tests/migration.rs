@@ -6,8 +6,8 @@
 //!   Pod goes, and the console on the new node shows the counter going on with the same token
 //!   and a growing uptime (no reboot). The total time and the guest's downtime are printed.
 //! - The target Pod is killed, or the source node's virt-handler restarted, while the stream
-//!   runs; or the migration object is deleted: the migration fails and the VM keeps running on
-//!   the source.
+//!   runs; or `virtctl migrate-cancel` deletes the migration object: the migration fails and the
+//!   VM keeps running on the source.
 //! - A VMI with a ReadWriteOnce PVC is refused: the migration fails with the reason, and the
 //!   VMI's LiveMigratable condition says it.
 //! - The KubeVirt CR's `bandwidthPerMigration` and `completionTimeoutPerGiB` reach the source:
@@ -669,17 +669,20 @@ async fn a_vmi_with_a_read_write_once_pvc_is_refused_with_the_reason() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deleting_a_running_migration_cancels_it() {
+async fn virtctl_migrate_cancel_stops_a_running_migration() {
     let _shared = ALONE.read().await;
     let client = client().await;
     let namespace = TestNamespace::create(&client, "e2e-migcancel").await;
     let ns = namespace.name.as_str();
     let under = migration_under_way(&client, ns, "vm-cancel").await;
     let migrations: Api<VirtualMachineInstanceMigration> = Api::namespaced(client.clone(), ns);
-    migrations
-        .delete(&under.migration, &DeleteParams::default())
-        .await
-        .expect("migration deleted");
+    // KubeVirt's virtctl cancels by deleting the migration object.
+    let out = virtctl(ns, &["migrate-cancel", "vm-cancel"]);
+    assert_eq!(out.code, Some(0), "virtctl migrate-cancel: {out:?}");
+    assert_eq!(
+        out.stdout.trim(),
+        "VM vm-cancel was scheduled to migrate-cancel"
+    );
     // The object stays (finalizer) until the source handler has stopped the stream.
     let state = failed_and_still_counting_on_the_source(&client, ns, "vm-cancel", &under).await;
     assert_eq!(state.abort_requested, Some(true), "{state:?}");
@@ -700,6 +703,12 @@ async fn deleting_a_running_migration_cancels_it() {
         matches!(pods.get_opt(&under.target_pod).await, Ok(None)).then_some(())
     })
     .await;
+    let out = virtctl(ns, &["migrate-cancel", "vm-cancel"]);
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert_eq!(
+        out.stderr.trim(),
+        "Found no migration to cancel for vm-cancel"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -93,6 +93,8 @@ pub enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Cancel the migration of a virtual machine that is under way.
+    MigrateCancel { name: String },
     /// Soft-reboot a virtual machine instance through its guest agent.
     Softreboot { name: String },
     /// Print the guest OS information the guest agent reports.
@@ -281,7 +283,9 @@ pub fn plan(command: &Command, namespace: &str) -> Result<Option<ApiCall>, Usage
             success: None,
             failure: "Error getting guestosinfo:".into(),
         },
-        Command::Console { .. } | Command::Version => return Ok(None),
+        Command::Console { .. } | Command::Version | Command::MigrateCancel { .. } => {
+            return Ok(None)
+        }
     };
     Ok(Some(call))
 }

@@ -29,6 +29,11 @@ async fn run(cli: Cli) -> Result<(), String> {
                 SessionEnd::Disconnected => Err("websocket: close 1006 (abnormal closure)".into()),
             }
         }
+        Command::MigrateCancel { name } => {
+            let said = virtctl::migrate_cancel::run(&kube, &namespace, name).await?;
+            println!("{said}");
+            Ok(())
+        }
         Command::Version => {
             println!(
                 "Client Version: version.Info{{GitVersion:\"v{}\", Compiler:\"rustc\", Platform:\"{}/{}\"}}",
