@@ -111,6 +111,25 @@ where
     }
 }
 
+/// Waits until VMI `name` is Running and returns it; fails at once if it fails.
+pub async fn wait_running(
+    vmis: &Api<api::VirtualMachineInstance>,
+    name: &str,
+    timeout: Duration,
+) -> api::VirtualMachineInstance {
+    wait_for(&format!("VMI {name} Running"), timeout, || async {
+        let vmi = vmis.get_opt(name).await.ok()??;
+        let status = vmi.status.as_ref()?;
+        assert_ne!(
+            status.phase,
+            Some(api::VmiPhase::Failed),
+            "VMI {name} failed: {status:?}"
+        );
+        (status.phase == Some(api::VmiPhase::Running)).then_some(vmi)
+    })
+    .await
+}
+
 /// Deletes the virt-handler Pod on `node` (`grace`: its grace period in seconds) and waits
 /// for its DaemonSet's replacement to run there.
 pub async fn restart_handler(client: &Client, node: &str, grace: Option<u32>) {

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use api::{VirtualMachineInstance, VmiPhase};
 use ferrovirt_tests::{
-    client, kill_launcher, launcher_pids, restart_handler, tiny_vmi_spec, wait_for, TestNamespace,
+    client, kill_launcher, launcher_pids, restart_handler, tiny_vmi_spec, wait_for, wait_running,
+    TestNamespace,
 };
 use kube::api::PostParams;
 use kube::Api;
@@ -22,15 +23,7 @@ fn vmi(name: &str, memory: &str) -> VirtualMachineInstance {
 }
 
 async fn running(vmis: &Api<VirtualMachineInstance>, name: &str) -> VirtualMachineInstance {
-    wait_for(
-        &format!("VMI {name} Running"),
-        Duration::from_secs(240),
-        || async {
-            let vmi = vmis.get_opt(name).await.ok()??;
-            (vmi.status.as_ref()?.phase? == VmiPhase::Running).then_some(vmi)
-        },
-    )
-    .await
+    wait_running(vmis, name, Duration::from_secs(240)).await
 }
 
 #[tokio::test]

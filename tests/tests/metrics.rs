@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use api::{VirtualMachineInstance, VmiPhase};
-use ferrovirt_tests::{client, tiny_vmi_spec, wait_for, TestNamespace};
+use ferrovirt_tests::{client, tiny_vmi_spec, wait_for, wait_running, TestNamespace};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
@@ -62,21 +62,7 @@ async fn scraping_returns_the_vmi_metrics_after_a_vmi_ran() {
     vmis.create(&PostParams::default(), &vmi)
         .await
         .expect("VMI created");
-    let running = wait_for(
-        "the VMI to be Running",
-        Duration::from_secs(240),
-        || async {
-            let vmi = vmis.get("vmi-metrics").await.ok()?;
-            let status = vmi.status.clone()?;
-            assert_ne!(
-                status.phase,
-                Some(VmiPhase::Failed),
-                "VMI failed: {status:?}"
-            );
-            (status.phase == Some(VmiPhase::Running)).then_some(vmi)
-        },
-    )
-    .await;
+    let running = wait_running(&vmis, "vmi-metrics", Duration::from_secs(240)).await;
     let node = running
         .status
         .as_ref()

@@ -22,7 +22,7 @@ use api::vmi::MigrationState;
 use api::{VirtualMachine, VirtualMachineInstance, VmiPhase};
 use ferrovirt_tests::{
     client, launcher_pids, patch_kubevirt_cr, read_console, restart_handler, virtctl, wait_for,
-    TestNamespace,
+    wait_running, TestNamespace,
 };
 use k8s_openapi::api::core::v1::{Event, Node, PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -153,17 +153,7 @@ async fn running_vm(
     vms.create(&PostParams::default(), &counting_vm(name, empty_disk))
         .await
         .expect("VM created");
-    let vmi = wait_for("the VMI to run", Duration::from_secs(300), || async {
-        let vmi = vmis.get(name).await.ok()?;
-        let status = vmi.status.as_ref()?;
-        assert_ne!(
-            status.phase,
-            Some(VmiPhase::Failed),
-            "VMI failed: {status:?}"
-        );
-        (status.phase == Some(VmiPhase::Running)).then_some(vmi)
-    })
-    .await;
+    let vmi = wait_running(&vmis, name, Duration::from_secs(300)).await;
     let node = vmi
         .status
         .as_ref()
