@@ -21,6 +21,7 @@ use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use api::migration::{MigrationPhase, VirtualMachineInstanceMigration};
 use api::{VirtualMachine, VirtualMachineInstance, VmiPhase};
 use common::*;
 use ferrovirt_tests::{client, tiny_vm, wait_for, TestNamespace};
@@ -232,6 +233,30 @@ async fn install_keep_in_shape_block_uninstall_remove_and_reinstall() {
     )
     .await;
     wait_deployed(&client, &tag).await;
+
+    // A finished migration object stays, as users keep them; it must not hold the uninstall.
+    let migrations: Api<VirtualMachineInstanceMigration> =
+        Api::namespaced(client.clone(), &ns.name);
+    let leftover: VirtualMachineInstanceMigration = serde_json::from_value(serde_json::json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+        "metadata": {"name": "leftover"},
+        "spec": {"vmiName": "no-such-vmi"}
+    }))
+    .expect("a migration");
+    migrations
+        .create(&PostParams::default(), &leftover)
+        .await
+        .expect("creating a migration");
+    wait_for(
+        "the leftover migration Failed",
+        Duration::from_secs(60),
+        || async {
+            let m = migrations.get_opt("leftover").await.ok()??;
+            let finished = m.status?.phase? == MigrationPhase::Failed;
+            (finished && !m.metadata.finalizers?.is_empty()).then_some(())
+        },
+    )
+    .await;
 
     // 3. BlockUninstallIfWorkloadsExist keeps everything while a VM exists.
     kvs.patch(

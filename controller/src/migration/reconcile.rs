@@ -79,7 +79,17 @@ pub async fn reconcile(
     let status = migration.status.clone().unwrap_or_default();
     let phase = status.phase.unwrap_or(MigrationPhase::Pending);
     let vmi_name = migration.spec.vmi_name.clone().unwrap_or_default();
-    let vmi = vmis.get_opt(&vmi_name).await?;
+    // A finished migration needs nothing of its VMI to go, not even the VMI CRD (which an
+    // uninstall may already have removed: the apiserver then answers 404 without a Status).
+    if migration.metadata.deletion_timestamp.is_some() && phase.is_final() {
+        release(&migrations, &migration).await?;
+        return Ok(Action::await_change());
+    }
+    let vmi = match vmis.get_opt(&vmi_name).await {
+        Ok(vmi) => vmi,
+        Err(kube::Error::Api(e)) if e.code == 404 => None,
+        Err(e) => return Err(e.into()),
+    };
     let ours = |vmi: &VirtualMachineInstance| {
         vmi.status
             .as_ref()
