@@ -128,35 +128,6 @@ fn relay(listen: &Path, target: PathBuf, bytes_per_second: Option<u64>) {
     });
 }
 
-async fn domain(client: &mut Client) -> v1::Domain {
-    client
-        .get_domain(v1::GetDomainRequest {})
-        .await
-        .expect("GetDomain")
-        .into_inner()
-        .domain
-        .expect("a domain")
-}
-
-fn migration_of(domain: &v1::Domain) -> v1::MigrationInfo {
-    domain.migration.clone().unwrap_or_default()
-}
-
-async fn wait_migration_end(client: &mut Client, timeout: Duration) -> v1::Domain {
-    let start = Instant::now();
-    loop {
-        let d = domain(client).await;
-        if migration_of(&d).status != MigrationStatus::Active as i32 {
-            return d;
-        }
-        assert!(
-            start.elapsed() < timeout,
-            "the migration did not end within {timeout:?}: {d:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// Starts the memtest VMI and waits for its third generation.
 async fn start_source(dirs: &TestDirs, process: &LauncherProcess) -> ConsoleReader {
     let mut client = client(dirs).await;

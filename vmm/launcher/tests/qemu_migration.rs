@@ -112,41 +112,6 @@ fn relay(listen: &Path, target: PathBuf) -> tokio::task::JoinHandle<std::io::Res
     })
 }
 
-fn migration_of(domain: &v1::Domain) -> v1::MigrationInfo {
-    domain.migration.clone().unwrap_or_default()
-}
-
-async fn domain(
-    client: &mut v1::launcher_client::LauncherClient<tonic::transport::Channel>,
-) -> v1::Domain {
-    client
-        .get_domain(v1::GetDomainRequest {})
-        .await
-        .expect("GetDomain")
-        .into_inner()
-        .domain
-        .expect("a domain")
-}
-
-/// Waits until the migration seen by `client` is no longer active.
-async fn wait_migration_end(
-    client: &mut v1::launcher_client::LauncherClient<tonic::transport::Channel>,
-    timeout: Duration,
-) -> v1::Domain {
-    let start = Instant::now();
-    loop {
-        let d = domain(client).await;
-        if migration_of(&d).status != MigrationStatus::Active as i32 {
-            return d;
-        }
-        assert!(
-            start.elapsed() < timeout,
-            "the migration did not end within {timeout:?}: {d:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// Starts the counting VMI on `dirs`'s launcher and waits for its first counts.
 async fn start_source(
     dirs: &TestDirs,

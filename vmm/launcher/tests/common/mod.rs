@@ -320,6 +320,41 @@ pub async fn sync_emulated(
         .map(|r| r.into_inner())
 }
 
+/// The domain the launcher reports (it must have one).
+pub async fn domain(client: &mut v1::launcher_client::LauncherClient<Channel>) -> v1::Domain {
+    client
+        .get_domain(v1::GetDomainRequest {})
+        .await
+        .expect("GetDomain")
+        .into_inner()
+        .domain
+        .expect("a domain")
+}
+
+/// The domain's migration record (empty when it has none).
+pub fn migration_of(domain: &v1::Domain) -> v1::MigrationInfo {
+    domain.migration.clone().unwrap_or_default()
+}
+
+/// Waits until the migration seen by `client` is no longer active.
+pub async fn wait_migration_end(
+    client: &mut v1::launcher_client::LauncherClient<Channel>,
+    timeout: Duration,
+) -> v1::Domain {
+    let start = Instant::now();
+    loop {
+        let d = domain(client).await;
+        if migration_of(&d).status != v1::MigrationStatus::Active as i32 {
+            return d;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "the migration did not end within {timeout:?}: {d:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Polls `GetDomain` until `state`, with a deadline.
 pub async fn wait_state(
     client: &mut v1::launcher_client::LauncherClient<Channel>,
