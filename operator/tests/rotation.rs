@@ -134,12 +134,17 @@ async fn certificates_rotate_before_expiry_and_virt_api_stays_reachable() {
 
     // 3. virt-api restarted onto it and is reachable through its webhooks and the aggregated
     //    API, which trust the bundle.
+    // The rollout may start after the install last reported Deployed: wait for it to finish.
+    wait_for(
+        "virt-api's pods replaced",
+        Duration::from_secs(120),
+        || async {
+            let pods = api_pods(&client).await;
+            (!pods.is_empty() && pods.iter().all(|p| !pods0.contains(p))).then_some(())
+        },
+    )
+    .await;
     wait_deployed(&client, &tag).await;
-    let pods = api_pods(&client).await;
-    assert!(
-        pods.iter().all(|p| !pods0.contains(p)),
-        "virt-api kept its pods"
-    );
     let ns = TestNamespace::create(&client, "operator-rotation").await;
     let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns.name);
     let admitted = vms
