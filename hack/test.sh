@@ -2,47 +2,73 @@
 # Runs every Ferrovirt test on this machine, installing what the tests need first:
 #   1. the Debian packages and the guest images (cached under /var/cache/ferrovirt);
 #   2. the KVM test guests on QEMU TCG, then format and lint checks;
-#   3. the local cluster with Ferrovirt installed and a VM running (hack/up.sh);
+#   3. the local cluster with Ferrovirt installed, a worker node for migration and a VM running
+#      (hack/up.sh);
 #   4. cargo test for the whole workspace: unit, integration and end-to-end tests, but for the
 #      operator's package;
 #   5. the operator's tests alone (they uninstall, reinstall, reconfigure and upgrade Ferrovirt,
 #      so nothing else may run beside them; they end with Ferrovirt installed as hack/up.sh
 #      leaves it);
 #   6. the local cluster's own checks (tests/cluster/test.sh, which ends with down and up).
-# Usage: hack/test.sh            (as root)
-set -euo pipefail
+# Steps 1 and 3 set up what the others need: when one fails, the run stops there. Every test
+# step runs whatever an earlier one did; the summary at the end lists each step with its time
+# and result, and the script exits non-zero if any step failed.
+# Usage: hack/test.sh            (as root; sudo hack/test.sh where you are not root)
+set -uo pipefail
 cd "$(dirname "$0")/.."
+((EUID == 0)) || {
+  echo "hack/test.sh runs as root (it starts a local cluster and VMs)" >&2
+  exit 1
+}
 
-step() { printf '\n== %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
 started=$(date +%s)
+summary=()
+failed=0
 
-step "installing build and test packages"
-hack/install-deps.sh
+# step NAME COMMAND...: runs COMMAND and records how it went.
+step() {
+  local name=$1 t0 rc
+  shift
+  printf '\n== %s (%s)\n' "$name" "$(date -u +%H:%M:%S)"
+  t0=$(date +%s)
+  "$@"
+  rc=$?
+  local took=$(($(date +%s) - t0))
+  if ((rc == 0)); then
+    summary+=("$(printf 'ok      %5ss  %s' "$took" "$name")")
+  else
+    summary+=("$(printf 'FAILED  %5ss  %s (exit %s)' "$took" "$name" "$rc")")
+    failed=$((failed + 1))
+  fi
+  return $rc
+}
 
-step "building guest images (cached)"
-guest-images/build.sh
+# setup NAME COMMAND...: a step the rest depends on; the run ends when it fails.
+setup() { step "$@" || finish; }
 
-step "test guests on QEMU TCG (independent of Ferrovirt's VMM)"
-guest-images/test-guests/run-qemu.sh /var/cache/ferrovirt/guest-images/current/test-guests
+finish() {
+  printf '\n== summary\n'
+  printf '  %s\n' "${summary[@]}"
+  printf '\nall tests done in %ss: %s step(s) failed\n' "$(($(date +%s) - started))" "$failed"
+  ((failed == 0))
+  exit
+}
 
-step "cargo fmt --check"
-cargo fmt --all -- --check
+cargo_tests() {
+  # Some integration tests run other packages' binaries (virt-api's cluster test runs virtctl).
+  cargo build --workspace --bins --locked &&
+    cargo test --workspace --locked --no-fail-fast --exclude operator
+}
 
-step "cargo clippy"
-cargo clippy --workspace --all-targets --locked -- -D warnings
-
-step "local cluster with Ferrovirt"
-hack/up.sh
-
-step "cargo test"
-# Some integration tests run other packages' binaries (virt-api's cluster test runs virtctl).
-cargo build --workspace --bins --locked
-cargo test --workspace --locked --no-fail-fast --exclude operator
-
-step "virt-operator: install, keep in shape, uninstall, reinstall, configuration, certificate rotation, upgrade (alone)"
-cargo test -p operator --locked --no-fail-fast
-
-step "local cluster checks"
-tests/cluster/test.sh
-
-printf '\nall tests done in %ss\n' "$(( $(date +%s) - started ))"
+setup "installing build and test packages" hack/install-deps.sh
+setup "building guest images (cached)" guest-images/build.sh
+step "test guests on QEMU TCG (independent of Ferrovirt's VMM)" \
+  guest-images/test-guests/run-qemu.sh /var/cache/ferrovirt/guest-images/current/test-guests
+step "cargo fmt --check" cargo fmt --all -- --check
+step "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
+setup "local cluster with Ferrovirt and a worker node" hack/up.sh
+step "cargo test" cargo_tests
+step "virt-operator: install, keep in shape, uninstall, reinstall, configuration, certificate rotation, upgrade (alone)" \
+  cargo test -p operator --locked --no-fail-fast
+step "local cluster checks" tests/cluster/test.sh
+finish

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Brings up the local cluster with Ferrovirt installed and a VM running:
 #   1. installs the Debian packages, builds the guest images (cached in /var/cache/ferrovirt);
-#   2. starts the local Kubernetes cluster (tests/cluster/cluster.sh up; builds Kubernetes once);
+#   2. starts the local Kubernetes cluster (tests/cluster/cluster.sh up; builds Kubernetes once)
+#      with the worker nodes named in FERROVIRT_WORKERS (default: ferrovirt-worker1, the second
+#      node that live migration needs; FERROVIRT_WORKERS= for the control node alone);
 #   3. builds and pushes Ferrovirt's images and the containerDisks (hack/images.sh);
 #   4. installs Ferrovirt as a user would: `kubectl create -f ferrovirt-operator.yaml` and
 #      `kubectl create -f kubevirt-cr.yaml` (generated into /var/lib/ferrovirt-cluster/release),
 #      then waits for the KubeVirt CR's Available condition and this build's version; on a
 #      cluster installed before, it applies the new operator manifest instead (an upgrade);
 #   5. creates examples/vm-cirros.yaml and waits until its VMI is Running.
-# Usage: hack/up.sh                (as root, from anywhere)
+# Usage: hack/up.sh                (as root, from anywhere; sudo hack/up.sh where you are not root)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
@@ -28,6 +30,10 @@ guest-images/build.sh
 
 log "local cluster"
 tests/cluster/cluster.sh up
+# add-node is idempotent: a node added before is started again (up already did) and kept.
+for worker in ${FERROVIRT_WORKERS-ferrovirt-worker1}; do
+  tests/cluster/cluster.sh add-node "$worker" >/dev/null
+done
 export KUBECONFIG
 KUBECONFIG=$(tests/cluster/cluster.sh kubeconfig)
 kubectl() { tests/cluster/cluster.sh kubectl "$@"; }
