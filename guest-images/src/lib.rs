@@ -11,6 +11,7 @@
 
 pub mod artifacts;
 pub mod host;
+pub mod l1;
 pub mod qemu;
 pub mod scratch;
 pub mod seed;

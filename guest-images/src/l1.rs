@@ -1,0 +1,220 @@
+//! The nested-KVM tier: run a command, or a test of the calling test binary, inside an L1 VM
+//! that has real KVM.
+//!
+//! This machine's `/dev/kvm` is PVM, which cannot run a stock Linux guest. `hack/kvm-host.sh`
+//! boots an L1 under QEMU TCG with `-cpu max` (SVM and nested paging) and Debian's cloud kernel
+//! with `kvm_amd`, copies files into it, runs a command there and exits with its status. This
+//! module drives that script:
+//!
+//! 1. [`L1Run`] names the command, the files it needs (executables bring their shared
+//!    libraries), environment, memory and a deadline; [`L1Run::run`] runs it and returns the
+//!    exit status and everything the L1 printed.
+//! 2. [`nested_test`] is what a test of the tier calls: on this host it re-runs the same test
+//!    (the test binary itself, filtered to that one test) inside the L1 with
+//!    `FERROVIRT_IN_L1=1`, and asserts it passed there; inside the L1 it runs the test's body.
+//!    So a nested test is an ordinary Rust test whose body runs next to a real `/dev/kvm`.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Set in the environment of a test that runs inside the L1.
+pub const IN_L1_ENV: &str = "FERROVIRT_IN_L1";
+
+/// The harness script, from this crate's place in the repository.
+pub fn harness_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("hack")
+        .join("kvm-host.sh")
+}
+
+/// Whether this process runs inside the L1 of [`nested_test`].
+pub fn in_l1() -> bool {
+    std::env::var_os(IN_L1_ENV).is_some()
+}
+
+/// One command to run inside an L1.
+#[derive(Debug, Clone)]
+pub struct L1Run {
+    command: Vec<String>,
+    files: Vec<String>,
+    envs: Vec<String>,
+    memory_mib: u32,
+    cpus: u32,
+    timeout: Duration,
+}
+
+/// What an L1 run gave.
+#[derive(Debug, Clone)]
+pub struct L1Output {
+    /// The command's exit status; 124 when the deadline passed, 125 when the L1 failed before
+    /// the command ran.
+    pub status: i32,
+    /// The serial console (the command's output and the L1 kernel's warnings), then what the
+    /// harness itself said.
+    pub output: String,
+    pub took: Duration,
+}
+
+/// The harness could not be started at all.
+#[derive(Debug)]
+pub struct L1Error(pub String);
+
+impl fmt::Display for L1Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for L1Error {}
+
+impl L1Run {
+    pub fn new<S: Into<String>>(command: impl IntoIterator<Item = S>) -> Self {
+        L1Run {
+            command: command.into_iter().map(Into::into).collect(),
+            files: Vec::new(),
+            envs: Vec::new(),
+            memory_mib: 3072,
+            cpus: 2,
+            timeout: Duration::from_secs(900),
+        }
+    }
+
+    /// Copies `path` (a file or directory) into the L1 at the same absolute path.
+    pub fn file(mut self, path: impl AsRef<Path>) -> Self {
+        self.files.push(path.as_ref().display().to_string());
+        self
+    }
+
+    /// Copies `src` into the L1 at `dest`.
+    pub fn file_at(mut self, src: impl AsRef<Path>, dest: impl AsRef<Path>) -> Self {
+        self.files.push(format!(
+            "{}:{}",
+            src.as_ref().display(),
+            dest.as_ref().display()
+        ));
+        self
+    }
+
+    pub fn env(mut self, name: &str, value: impl fmt::Display) -> Self {
+        self.envs.push(format!("{name}={value}"));
+        self
+    }
+
+    pub fn memory_mib(mut self, memory_mib: u32) -> Self {
+        self.memory_mib = memory_mib;
+        self
+    }
+
+    pub fn cpus(mut self, cpus: u32) -> Self {
+        self.cpus = cpus;
+        self
+    }
+
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The harness command line.
+    pub fn command(&self) -> Command {
+        let mut cmd = Command::new("bash");
+        cmd.arg(harness_script());
+        for f in &self.files {
+            cmd.arg("--file").arg(f);
+        }
+        for e in &self.envs {
+            cmd.arg("--env").arg(e);
+        }
+        cmd.arg("--mem")
+            .arg(self.memory_mib.to_string())
+            .arg("--cpus")
+            .arg(self.cpus.to_string())
+            .arg("--timeout")
+            .arg(self.timeout.as_secs().max(1).to_string())
+            .arg("--")
+            .args(&self.command);
+        cmd
+    }
+
+    /// Runs it to the end (the harness enforces the deadline and always kills the L1).
+    pub fn run(&self) -> Result<L1Output, L1Error> {
+        let script = harness_script();
+        if !script.exists() {
+            return Err(L1Error(format!(
+                "the nested-KVM harness {} is missing",
+                script.display()
+            )));
+        }
+        let started = Instant::now();
+        let out = self
+            .command()
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| L1Error(format!("run {}: {e}", script.display())))?;
+        let mut output = String::from_utf8_lossy(&out.stdout).into_owned();
+        output.push_str(&String::from_utf8_lossy(&out.stderr));
+        Ok(L1Output {
+            status: out.status.code().unwrap_or(-1),
+            output,
+            took: started.elapsed(),
+        })
+    }
+}
+
+/// The last `n` lines of `text`.
+pub fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Runs the test `name` (the calling test's name, as `cargo test` filters it) inside an L1:
+/// outside the L1 it boots one with this test binary and `files`, runs
+/// `<this binary> --exact <name> --nocapture --test-threads 1` there with
+/// [`IN_L1_ENV`] set, prints what it printed and panics unless it passed; inside the L1 it runs
+/// `body`. `files` are what the body needs (the binaries it starts, the guest images).
+pub fn nested_test(name: &str, files: &[PathBuf], timeout: Duration, body: impl FnOnce()) {
+    if in_l1() {
+        body();
+        return;
+    }
+    let exe = std::env::current_exe().expect("the test binary knows its own path");
+    let mut run = L1Run::new([
+        exe.display().to_string(),
+        "--exact".into(),
+        name.into(),
+        "--nocapture".into(),
+        "--test-threads".into(),
+        "1".into(),
+    ])
+    .file(&exe)
+    .env(IN_L1_ENV, 1)
+    .env("RUST_BACKTRACE", 1)
+    .timeout(timeout);
+    for f in files {
+        run = run.file(f);
+    }
+    let out = run
+        .run()
+        .unwrap_or_else(|e| panic!("nested test {name}: {e}"));
+    println!(
+        "--- {name} inside the L1 ({:.1} s) ---\n{}",
+        out.took.as_secs_f64(),
+        out.output
+    );
+    assert_eq!(
+        out.status,
+        0,
+        "nested test {name} failed inside the L1 (exit status {}; 124: deadline, 125: the L1 \
+         did not run it); its last lines:\n{}",
+        out.status,
+        tail(&out.output, 40)
+    );
+    assert!(
+        out.output.contains("test result: ok. 1 passed"),
+        "nested test {name}: the L1 did not run exactly that test:\n{}",
+        tail(&out.output, 40)
+    );
+}

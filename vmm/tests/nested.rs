@@ -1,0 +1,475 @@
+//! The nested-KVM tier: real Linux guests on the VMM, with Linux's own virtio drivers against
+//! our devices.
+//!
+//! This host's `/dev/kvm` is PVM, on which a stock Linux kernel cannot run. Each test here is
+//! run twice over: on this host it boots an L1 VM (QEMU TCG `-cpu max`, Debian's cloud kernel
+//! with `kvm_amd`; `hack/kvm-host.sh`) carrying this test binary, the `vmm` binary and the guest
+//! images, and runs itself inside it (`guest_images::l1::nested_test`); inside the L1 its body
+//! boots our guest kernel and the tiny busybox guest on the VMM with the L1's real `/dev/kvm`.
+//! What the guest does is driven by a NoCloud user-data script (the tiny guest runs one at
+//! every boot from its initramfs) that prints `NESTED-...` lines on the serial console. The
+//! outer run prepares the disks the body needs (mkfs and genisoimage are not in the L1) in
+//! [`work_dir`], which is copied into the L1 at the same path.
+//!
+//! Everything nested is slow (TCG below): the tests prove behaviour; `bench/` compares speed
+//! with QEMU-KVM on the same L1.
+
+mod common;
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{serial_log, wait_for_serial};
+use guest_images::l1::{in_l1, nested_test};
+use guest_images::{NoCloudSeed, SeedFormat, READY_MARKER};
+use vmm::capability::{self, KvmCapability};
+use vmm::config::{
+    ConsoleConfig, CpusConfig, DiskConfig, MemoryConfig, NetConfig, PayloadConfig, RngConfig,
+    VmConfig,
+};
+use vmm::lifecycle::VmExit;
+use vmm::vmm::Vmm;
+
+/// A whole nested test (the L1's boot, the guest's, the checks) must end within this.
+const L1_DEADLINE: Duration = Duration::from_secs(420);
+
+/// The guest image set of `guest-images/build.sh`.
+fn images() -> PathBuf {
+    std::env::var_os("FERROVIRT_GUEST_IMAGES_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(guest_images::artifacts::DEFAULT_CACHE_DIR))
+        .join("current")
+}
+
+fn image(name: &str) -> PathBuf {
+    let path = images().join(name);
+    assert!(
+        path.exists(),
+        "guest image {} is missing: build the guest images with `guest-images/build.sh`",
+        path.display()
+    );
+    path
+}
+
+/// The files every nested test needs in the L1: our kernel and the tiny initramfs.
+fn guest_files() -> Vec<PathBuf> {
+    vec![image("vmlinux"), image("initramfs.cpio.gz")]
+}
+
+/// A directory for what the outer run prepares for test `name`; the same path inside the L1.
+fn work_dir(name: &str) -> PathBuf {
+    let dir = Path::new("/var/tmp/ferrovirt-nested").join(name);
+    if !in_l1() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    std::fs::create_dir_all(&dir).expect("create the nested test's work directory");
+    dir
+}
+
+/// Writes a NoCloud seed whose user-data is `script` (run by the tiny guest at every boot from
+/// its initramfs) into `dir`.
+fn seed(dir: &Path, script: &str) -> PathBuf {
+    NoCloudSeed {
+        user_data: format!("#!/bin/sh\n{script}"),
+        meta_data: "instance-id: nested\nlocal-hostname: nested\n".into(),
+        network_config: None,
+    }
+    .write(dir, SeedFormat::Iso9660)
+    .expect("write the NoCloud seed")
+}
+
+/// A seed with a static network configuration for eth0.
+fn seed_with_network(dir: &Path, script: &str, address: &str, gateway: &str) -> PathBuf {
+    NoCloudSeed {
+        user_data: format!("#!/bin/sh\n{script}"),
+        meta_data: "instance-id: nested\nlocal-hostname: nested\n".into(),
+        network_config: Some(format!(
+            "version: 2\nethernets:\n  eth0:\n    addresses: [{address}]\n    gateway4: {gateway}\n"
+        )),
+    }
+    .write(dir, SeedFormat::Iso9660)
+    .expect("write the NoCloud seed")
+}
+
+/// An ext4 image of `size_mib` labelled `label`.
+fn ext4(dir: &Path, label: &str, size_mib: u64) -> PathBuf {
+    let path = dir.join(format!("{label}.img"));
+    let file = std::fs::File::create(&path).expect("create the disk image");
+    file.set_len(size_mib << 20).expect("size the disk image");
+    let out = Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-L", label])
+        .arg(&path)
+        .output()
+        .expect("run mkfs.ext4 (e2fsprogs; hack/install-deps.sh installs it)");
+    assert!(
+        out.status.success(),
+        "mkfs.ext4: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    path
+}
+
+fn disk(path: &Path, readonly: bool) -> DiskConfig {
+    DiskConfig {
+        id: path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        path: path.to_path_buf(),
+        readonly,
+    }
+}
+
+/// Our kernel and the tiny initramfs (root stays in RAM), 1 vCPU, 256 MiB, the serial port
+/// logged to `serial`.
+fn linux(serial: &Path) -> VmConfig {
+    assert_eq!(
+        capability::probe(),
+        KvmCapability::Hardware,
+        "inside the L1, /dev/kvm should be hardware virtualization (nested SVM)"
+    );
+    VmConfig {
+        payload: PayloadConfig {
+            kernel: image("vmlinux"),
+            initramfs: Some(image("initramfs.cpio.gz")),
+            cmdline: "console=ttyS0 panic=-1 root=ram".into(),
+        },
+        cpus: CpusConfig::default(),
+        memory: MemoryConfig { size: 256 << 20 },
+        serial: ConsoleConfig::File {
+            path: serial.to_path_buf(),
+        },
+        ..VmConfig::default()
+    }
+}
+
+/// Waits up to `timeout` for a serial line starting with `prefix`; returns the rest of it.
+fn wait_line(serial: &Path, prefix: &str, timeout: Duration) -> String {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let log = serial_log(serial);
+        // Complete lines only: the guest may be halfway through the one we wait for.
+        let complete = &log[..log.rfind('\n').map_or(0, |i| i + 1)];
+        if let Some(rest) = complete
+            .lines()
+            .filter_map(|l| l.trim_end_matches('\r').strip_prefix(prefix))
+            .next()
+        {
+            return rest.trim().to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the guest never printed {prefix:?} within {timeout:?}; serial log:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The number of serial lines starting with `prefix`.
+fn count_lines(serial: &Path, prefix: &str) -> usize {
+    serial_log(serial)
+        .lines()
+        .filter(|l| l.starts_with(prefix))
+        .count()
+}
+
+fn boot(config: &VmConfig) -> Vmm {
+    vmm::builder::build_and_boot(config).expect("build and boot the VM")
+}
+
+#[test]
+fn linux_boots_to_the_ready_marker_and_stops_on_request() {
+    let name = "linux_boots_to_the_ready_marker_and_stops_on_request";
+    nested_test(name, &guest_files(), L1_DEADLINE, || {
+        let dir = work_dir(name);
+        let serial = dir.join("serial.log");
+        let started = Instant::now();
+        let mut vm = boot(&linux(&serial));
+        wait_for_serial(&serial, READY_MARKER, |log| log.contains(READY_MARKER));
+        println!(
+            "nested: ready marker {:.2} s after boot",
+            started.elapsed().as_secs_f64()
+        );
+        if std::env::var_os("NESTED_DUMP").is_some() {
+            println!("{}", serial_log(&serial));
+        }
+        // A graceful stop: ctrl-alt-del, which the tiny guest's init answers with a reboot.
+        let exit = vm.shutdown(Duration::from_secs(60));
+        assert!(
+            matches!(exit, VmExit::Reset | VmExit::PowerOff { code: 0 }),
+            "graceful shutdown ended with {exit}; serial:\n{}",
+            serial_log(&serial)
+        );
+    });
+}
+
+#[test]
+fn virtio_blk_data_survives_a_reset_and_a_readonly_disk_refuses_writes() {
+    let name = "virtio_blk_data_survives_a_reset_and_a_readonly_disk_refuses_writes";
+    let dir = work_dir(name);
+    let mut files = guest_files();
+    if !in_l1() {
+        ext4(&dir, "nested-data", 32);
+        ext4(&dir, "nested-ro", 8);
+        seed(
+            &dir,
+            r#"data=$(findfs LABEL=nested-data); ro=$(findfs LABEL=nested-ro)
+mkdir -p /mnt/data
+mount "$data" /mnt/data || echo "NESTED-ERROR mount $data"
+if [ -f /mnt/data/blob ]; then
+    echo "NESTED-FOUND $(crc32 </mnt/data/blob)"
+else
+    dd if=/dev/urandom of=/mnt/data/blob bs=1M count=8 2>/dev/null
+    sync /mnt/data/blob
+    echo "NESTED-WROTE $(crc32 </mnt/data/blob)"
+fi
+umount /mnt/data
+if dd if=/dev/zero of="$ro" bs=4096 count=1 conv=fsync 2>/dev/null; then
+    echo "NESTED-RO writable"
+else
+    echo "NESTED-RO refused"
+fi
+"#,
+        );
+    }
+    files.push(dir.clone());
+    nested_test(name, &files, L1_DEADLINE, || {
+        let serial = dir.join("serial.log");
+        let mut config = linux(&serial);
+        config.disks = vec![
+            disk(&dir.join("cidata.iso"), true),
+            disk(&dir.join("nested-data.img"), false),
+            disk(&dir.join("nested-ro.img"), true),
+        ];
+        let mut vm = boot(&config);
+        let wrote = wait_line(&serial, "NESTED-WROTE ", Duration::from_secs(120));
+        assert_crc("the data written", &wrote);
+        assert_eq!(
+            wait_line(&serial, "NESTED-RO ", Duration::from_secs(30)),
+            "refused",
+            "the guest could write to the read-only disk"
+        );
+        wait_for_serial(&serial, READY_MARKER, |log| log.contains(READY_MARKER));
+        vm.reset().expect("reset the VM in place");
+        let found = wait_line(&serial, "NESTED-FOUND ", Duration::from_secs(120));
+        assert_eq!(
+            found, wrote,
+            "the data written before the reset read back otherwise after it"
+        );
+        assert_eq!(vm.resets(), 1);
+        let exit = vm.stop();
+        assert!(matches!(exit, VmExit::Stopped), "stop ended with {exit}");
+    });
+}
+
+#[test]
+fn virtio_rng_feeds_the_guest() {
+    let name = "virtio_rng_feeds_the_guest";
+    let dir = work_dir(name);
+    let mut files = guest_files();
+    if !in_l1() {
+        seed(
+            &dir,
+            r#"echo "NESTED-RNG-CURRENT $(cat /sys/class/misc/hw_random/rng_current)"
+if dd if=/dev/hwrng of=/tmp/r bs=1024 count=64 2>/dev/null; then
+    echo "NESTED-RNG-BYTES $(wc -c </tmp/r) $(od -An -tx1 -N16 /tmp/r | tr -d ' \n')"
+else
+    echo "NESTED-RNG-BYTES 0 unreadable"
+fi
+"#,
+        );
+    }
+    files.push(dir.clone());
+    nested_test(name, &files, L1_DEADLINE, || {
+        let serial = dir.join("serial.log");
+        let mut config = linux(&serial);
+        config.disks = vec![disk(&dir.join("cidata.iso"), true)];
+        config.rng = Some(RngConfig::default());
+        let mut vm = boot(&config);
+        let current = wait_line(&serial, "NESTED-RNG-CURRENT ", Duration::from_secs(120));
+        assert!(
+            current.starts_with("virtio_rng"),
+            "the guest's hwrng is {current:?}, not virtio_rng"
+        );
+        let bytes = wait_line(&serial, "NESTED-RNG-BYTES ", Duration::from_secs(60));
+        let mut parts = bytes.split_whitespace();
+        assert_eq!(parts.next(), Some("65536"), "read from /dev/hwrng: {bytes}");
+        let head = parts.next().unwrap_or_default();
+        assert_ne!(
+            head, "00000000000000000000000000000000",
+            "virtio-rng gave zeros"
+        );
+        vm.stop();
+    });
+}
+
+/// CRC-32 (IEEE 802.3, reflected, as zlib), as busybox's `crc32` prints it: 8 hex digits.
+fn crc32(data: &[u8]) -> String {
+    let crc = data.iter().fold(0xffff_ffffu32, |crc, &b| {
+        (0..8).fold(crc ^ u32::from(b), |crc, _| {
+            if crc & 1 != 0 {
+                (crc >> 1) ^ 0xedb8_8320
+            } else {
+                crc >> 1
+            }
+        })
+    });
+    format!("{:08x}", !crc)
+}
+
+/// A busybox `crc32` result the guest printed: 8 hex digits (an empty or odd line means the
+/// command failed in the guest, which must not pass as a match).
+fn assert_crc(what: &str, value: &str) {
+    assert!(
+        value.len() == 8 && value.chars().all(|c| c.is_ascii_hexdigit()),
+        "{what}: the guest printed {value:?}, not a CRC-32"
+    );
+}
+
+/// `ip ARGS...` in the L1; fails the test with its output.
+fn ip(args: &[&str]) {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .expect("run ip (busybox in the L1)");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn virtio_net_pings_both_ways_and_carries_100_mib_intact() {
+    let name = "virtio_net_pings_both_ways_and_carries_100_mib_intact";
+    let dir = work_dir(name);
+    let mut files = guest_files();
+    if !in_l1() {
+        seed_with_network(
+            &dir,
+            r#"if ping -c 3 -W 5 10.77.0.1 >/tmp/ping 2>&1; then echo "NESTED-PING ok"; else echo "NESTED-PING failed: $(tail -n 2 /tmp/ping | tr '\n' ' ')"; fi
+dd if=/dev/urandom of=/tmp/blob bs=1M count=100 2>/dev/null
+echo "NESTED-BLOB $(crc32 </tmp/blob)"
+if nc 10.77.0.1 5000 </tmp/blob; then echo "NESTED-SENT ok"; else echo "NESTED-SENT failed"; fi
+rm -f /tmp/blob
+"#,
+            "10.77.0.2/24",
+            "10.77.0.1",
+        );
+    }
+    files.push(dir.clone());
+    nested_test(name, &files, L1_DEADLINE, || {
+        let serial = dir.join("serial.log");
+        // A persistent tap the VMM attaches to (busybox has no `ip tuntap`).
+        let out = Command::new("tunctl")
+            .args(["-t", "fvtap0"])
+            .output()
+            .expect("run tunctl (busybox in the L1)");
+        assert!(
+            out.status.success(),
+            "tunctl -t fvtap0: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        ip(&["addr", "add", "10.77.0.1/24", "dev", "fvtap0"]);
+        ip(&["link", "set", "fvtap0", "up"]);
+        let listener = TcpListener::bind("10.77.0.1:5000").expect("listen on the tap's address");
+        let mut config = linux(&serial);
+        // 100 MiB of the blob in the guest's tmpfs, on top of the initramfs.
+        config.memory = MemoryConfig { size: 512 << 20 };
+        config.disks = vec![disk(&dir.join("cidata.iso"), true)];
+        config.net = vec![NetConfig {
+            id: "net0".into(),
+            tap: "fvtap0".into(),
+            mac: "52:54:00:12:34:56".into(),
+        }];
+        let mut vm = boot(&config);
+        assert_eq!(
+            wait_line(&serial, "NESTED-PING ", Duration::from_secs(120)),
+            "ok",
+            "the guest could not ping the L1"
+        );
+        let out = Command::new("ping")
+            .args(["-c", "3", "-W", "5", "10.77.0.2"])
+            .output()
+            .expect("run ping (busybox in the L1)");
+        assert!(
+            out.status.success(),
+            "the L1 could not ping the guest: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let blob = wait_line(&serial, "NESTED-BLOB ", Duration::from_secs(180));
+        assert_crc("the guest's blob", &blob);
+        let (mut conn, _) = listener.accept().expect("accept the guest's connection");
+        conn.set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("set a read timeout");
+        let started = Instant::now();
+        let mut received = Vec::with_capacity(100 << 20);
+        conn.read_to_end(&mut received)
+            .expect("receive the guest's 100 MiB");
+        let took = started.elapsed();
+        // busybox nc ends once this side closes too.
+        drop(conn);
+        println!(
+            "nested: received {} MiB from the guest in {:.2} s",
+            received.len() >> 20,
+            took.as_secs_f64()
+        );
+        assert_eq!(received.len(), 100 << 20, "bytes received");
+        assert_eq!(
+            crc32(&received),
+            blob,
+            "the bytes received differ from what the guest sent"
+        );
+        assert_eq!(
+            wait_line(&serial, "NESTED-SENT ", Duration::from_secs(30)),
+            "ok"
+        );
+        vm.stop();
+    });
+}
+
+#[test]
+fn pause_and_resume_keep_the_guest_counting() {
+    let name = "pause_and_resume_keep_the_guest_counting";
+    let dir = work_dir(name);
+    let mut files = guest_files();
+    if !in_l1() {
+        seed(
+            &dir,
+            "(i=0; while :; do i=$((i+1)); echo \"NESTED-COUNT $i\"; sleep 0.2; done) &\n",
+        );
+    }
+    files.push(dir.clone());
+    nested_test(name, &files, L1_DEADLINE, || {
+        let serial = dir.join("serial.log");
+        let mut config = linux(&serial);
+        config.disks = vec![disk(&dir.join("cidata.iso"), true)];
+        let mut vm = boot(&config);
+        wait_line(&serial, "NESTED-COUNT 5", Duration::from_secs(120));
+        vm.pause().expect("pause");
+        // Lines already on their way settle, then nothing more comes while paused.
+        std::thread::sleep(Duration::from_millis(500));
+        let paused_at = count_lines(&serial, "NESTED-COUNT ");
+        std::thread::sleep(Duration::from_secs(3));
+        assert_eq!(
+            count_lines(&serial, "NESTED-COUNT "),
+            paused_at,
+            "the guest went on counting while paused"
+        );
+        vm.resume().expect("resume");
+        let next = format!("NESTED-COUNT {}", paused_at + 3);
+        wait_line(&serial, &next, Duration::from_secs(60));
+        vm.stop();
+    });
+}
+
+#[test]
+fn crc32_matches_busybox() {
+    // The checksum the net test compares with the guest's `crc32` (busybox's output).
+    assert_eq!(crc32(b""), "00000000");
+    assert_eq!(crc32(b"123456789"), "cbf43926");
+}
