@@ -21,6 +21,7 @@
 #![forbid(unsafe_code)]
 
 mod bytes;
+pub mod fs;
 pub mod image;
 pub mod qcow2;
 pub mod source;
