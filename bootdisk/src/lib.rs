@@ -23,6 +23,7 @@
 mod bytes;
 pub mod fs;
 pub mod image;
+pub mod partition;
 pub mod qcow2;
 pub mod source;
 
