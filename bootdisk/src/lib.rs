@@ -21,6 +21,7 @@
 #![forbid(unsafe_code)]
 
 mod bytes;
+pub mod config;
 pub mod fs;
 pub mod image;
 pub mod partition;
