@@ -22,6 +22,7 @@
 
 mod bytes;
 pub mod config;
+pub mod find;
 pub mod fs;
 pub mod image;
 pub mod partition;
@@ -29,6 +30,10 @@ pub mod qcow2;
 pub mod source;
 
 pub use bytes::crc32;
+pub use find::{
+    find_boot, probe, BootMethod, BootSelection, BootSource, DiskKind, DiskProbe, FindBootError,
+    ProbeError, Volume,
+};
 pub use source::{BlockSource, FileSource, ReadSeekSource, SourceError, Window};
 
 /// Bounds on what reading an image may cost. [`Limits::default`] suits real cloud images.
