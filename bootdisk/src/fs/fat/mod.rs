@@ -251,6 +251,8 @@ impl<S: BlockSource> Fat<S> {
         let mut out = Vec::new();
         let mut c = first;
         let mut steps = 0u64;
+        // Clusters already in this chain: a loop inside a file's length is caught too.
+        let mut seen = std::collections::HashSet::new();
         loop {
             if size.is_some_and(|s| out.len() as u64 >= s) {
                 break;
@@ -263,7 +265,7 @@ impl<S: BlockSource> Fat<S> {
                 });
             }
             steps += 1;
-            if steps > clusters {
+            if steps > clusters || !seen.insert(c) {
                 return Err(FsError::Corrupt {
                     fs: FS,
                     what: "cluster chain loop at",
