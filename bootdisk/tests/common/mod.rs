@@ -87,7 +87,7 @@ impl Part {
 }
 
 fn place(disk: &mut [u8], parts: &[Part]) {
-    for p in parts {
+    for p in parts.iter().filter(|p| !p.data.is_empty()) {
         let off = p.start as usize * SECTOR;
         disk[off..off + p.data.len()].copy_from_slice(&p.data);
     }
