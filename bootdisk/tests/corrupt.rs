@@ -222,3 +222,32 @@ fn config_parsers_never_panic_on_mangled_text() {
         }
     }
 }
+
+#[test]
+fn fuzz_seeds_are_meaningful() {
+    let seed = |name: &str| {
+        let path = format!("{}/fuzz/seeds/{name}.gz", env!("CARGO_MANIFEST_DIR"));
+        let gz = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let mut out = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(gz.as_slice()), &mut out)
+            .expect("gunzip");
+        out
+    };
+    for name in ["find_boot/gpt-ext4", "find_boot/qcow2"] {
+        let sel = find_boot(&mut seed(name), &Limits::default())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(sel.kernel == common::pattern("vmlinuz-1", 14000), "{name}");
+    }
+    let p = probe(&mut seed("find_boot/mbr-logical-vfat"), &Limits::default()).expect("probes");
+    let bootdisk::DiskKind::Partitioned { volumes, .. } = p.kind else {
+        panic!("{:?}", p.kind)
+    };
+    assert_eq!(volumes.len(), 1);
+    assert_eq!(volumes[0].partition.as_ref().map(|p| p.index), Some(5));
+    assert!(volumes[0].is_readable());
+    let t = read_partition_table(
+        &mut &seed("partition_table/gpt-head")[..],
+        &Limits::default(),
+    );
+    assert_eq!(t.expect("reads").expect("GPT").partitions.len(), 1);
+}
