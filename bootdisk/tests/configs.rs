@@ -8,7 +8,7 @@ use bootdisk::Limits;
 
 fn entry(id: &str, text: &str) -> BlsEntry {
     bls::parse_entry(id, text, &Limits::default())
-        .unwrap()
+        .expect("parses")
         .expect("has linux")
 }
 

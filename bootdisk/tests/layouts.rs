@@ -107,10 +107,8 @@ fn debian_bios_only_and_stale_esp_config() {
 }
 
 fn fedora_disk() -> Vec<u8> {
-    let stub = format!(
-        "search --no-floppy --root-dev-only --fs-uuid --set=dev 0e5f9c2a-7b41-4d6e-8f3a-2b1c0d9e8f7a\n\
-         set prefix=($dev)/grub2\nexport $prefix\nconfigfile $prefix/grub.cfg\n"
-    );
+    let stub = "search --no-floppy --root-dev-only --fs-uuid --set=dev 0e5f9c2a-7b41-4d6e-8f3a-2b1c0d9e8f7a\n\
+         set prefix=($dev)/grub2\nexport $prefix\nconfigfile $prefix/grub.cfg\n";
     let esp = FatBuilder::new(FatType::Fat16, 9000, 1)
         .label("", 0xC0DE_0001)
         .file("/EFI/fedora/grub.cfg", stub.as_bytes())

@@ -62,7 +62,7 @@ fn build(
     img[40..48].copy_from_slice(&(CS as u64).to_be_bytes());
     img[96..100].copy_from_slice(&4u32.to_be_bytes());
     img[100..104].copy_from_slice(&104u32.to_be_bytes());
-    img[CS..CS + 8].copy_from_slice(&(2 * CS as u64 | 1 << 63).to_be_bytes());
+    img[CS..CS + 8].copy_from_slice(&((2 * CS as u64) | (1 << 63)).to_be_bytes());
     for (i, e) in l2.iter().enumerate() {
         img[2 * CS + 8 * i..2 * CS + 8 * i + 8].copy_from_slice(&e.to_be_bytes());
     }
@@ -90,10 +90,10 @@ fn l2_entry_kinds() {
     let x = 62 - (CLUSTER_BITS - 8);
     let sectors = ((zoff % 512 + deflated.len()).div_ceil(512) - 1) as u64;
     let entries = [
-        3 * CS as u64 | 1 << 63,              // 0: standard, data at cluster 3
-        0,                                    // 1: unallocated
-        3 * CS as u64 | 1,                    // 2: zero flag (data ignored)
-        1 << 62 | sectors << x | zoff as u64, // 3: compressed
+        (3 * CS as u64) | (1 << 63), // 0: standard, data at cluster 3
+        0,                           // 1: unallocated
+        (3 * CS as u64) | 1,         // 2: zero flag (data ignored)
+        (1 << 62) | (sectors << x) | zoff as u64, // 3: compressed
     ];
     let img = build(
         4 * CS as u64,
@@ -116,7 +116,12 @@ fn l2_entry_kinds() {
 #[test]
 fn refusals_name_their_reason() {
     let name_off = 3 * CS;
-    let cases: Vec<(&str, Box<dyn Fn(&mut [u8])>, fn(&Qcow2Error) -> bool)> = vec![
+    type Case = (
+        &'static str,
+        Box<dyn Fn(&mut [u8])>,
+        fn(&Qcow2Error) -> bool,
+    );
+    let cases: Vec<Case> = vec![
         (
             "backing file",
             Box::new(move |h: &mut [u8]| {
@@ -176,8 +181,8 @@ fn corrupt_mappings_are_read_errors() {
     for (what, entry) in [
         ("unaligned data", 3 * CS as u64 + 512),
         ("data past the end", 1000 * CS as u64),
-        ("compressed past the end", 1 << 62 | 1000 * CS as u64),
-        ("compressed garbage", 1 << 62 | 2 * CS as u64),
+        ("compressed past the end", (1 << 62) | (1000 * CS as u64)),
+        ("compressed garbage", (1 << 62) | (2 * CS as u64)),
     ] {
         let mut q = Qcow2::open(build(
             4 * CS as u64,

@@ -89,7 +89,7 @@ impl FatBuilder {
         loop {
             let data = self.total_sectors - reserved - 2 * fat_size - root_sectors;
             let clusters = data / u32::from(self.sectors_per_cluster);
-            if (clusters + 2) * bits / 8 + 1 <= fat_size * 512 {
+            if (clusters + 2) * bits / 8 < fat_size * 512 {
                 return Layout {
                     reserved,
                     fat_size,
@@ -124,6 +124,7 @@ impl FatBuilder {
             first
         };
         // Directory contents are written after their children have clusters.
+        #[allow(clippy::too_many_arguments)]
         fn write_dir(
             dir: &BTreeMap<String, Node>,
             own: u32,
