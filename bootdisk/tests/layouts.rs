@@ -402,3 +402,18 @@ fn probe_reports_layouts() {
         ]
     );
 }
+
+#[test]
+fn file_and_cursor_sources() {
+    let path = std::env::temp_dir().join(format!("bootdisk-alpine-{}.qcow2", std::process::id()));
+    std::fs::write(&path, fixture("alpine-v3-compressed.qcow2")).expect("write temp image");
+    let mut file = bootdisk::FileSource::open(&path).expect("open");
+    let sel = find_boot(&mut file, &Limits::default());
+    std::fs::remove_file(&path).expect("remove temp image");
+    assert!(sel.expect("boots").kernel == pattern("vmlinuz-virt", 5000));
+    let mut cursor =
+        bootdisk::ReadSeekSource::new(std::io::Cursor::new(fixture("ext2-blockmap.img")))
+            .expect("cursor");
+    let sel = find_boot(&mut cursor, &Limits::default()).expect("boots");
+    assert_eq!(sel.source.method, BootMethod::KernelSymlinks);
+}
