@@ -7,13 +7,16 @@
 #      (bench launcher-overhead, a cgroup standing for the Pod's);
 #   4. on the local cluster, holding the cluster lock: the launcher overhead of a real launcher
 #      Pod as virt-handler's kubevirt_vmi_launcher_memory_overhead_bytes reports it, then
-#      KubeVirt's density test (bench density).
+#      KubeVirt's density test (bench density);
+#   5. Linux on the VMM against QEMU microvm with KVM, side by side in one L1 with nested KVM
+#      (guest-images/bench-nested-boot.sh).
 # The machine's load is printed before and after each part.
 #
 # Usage: bench/run.sh        (as root; hack/up.sh must have run)
 #   DENSITY_N=35    VMIs in the density test        RUNS=11  runs of the VMM benchmark
 #   BOOT_RUNS=5     runs of the boot benchmark      OVERHEAD_RUNS=3  runs of the overhead bench
-#   SKIP="vmm boot overhead cluster density"       parts to leave out
+#   NESTED_RUNS=5   runs of the nested boot benchmark
+#   SKIP="vmm boot overhead cluster density nested" parts to leave out
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/ferrovirt/cargo-target}
@@ -24,6 +27,7 @@ DENSITY_N=${DENSITY_N:-35}
 RUNS=${RUNS:-11}
 BOOT_RUNS=${BOOT_RUNS:-5}
 OVERHEAD_RUNS=${OVERHEAD_RUNS:-3}
+NESTED_RUNS=${NESTED_RUNS:-5}
 SKIP=${SKIP:-}
 LOCK=/tmp/ferrovirt-cluster.lock
 status=0
@@ -92,6 +96,10 @@ fi
 if ! skip density; then
   part "5. density: $DENSITY_N minimal VMIs created 100 ms apart (bench density)"
   flock "$LOCK" "$bin/density" --count "$DENSITY_N" || failed "density" $?
+fi
+if ! skip nested; then
+  part "6. Linux boot on the VMM vs QEMU microvm -accel kvm, one L1 with nested KVM (guest-images/bench-nested-boot.sh --runs $NESTED_RUNS)"
+  guest-images/bench-nested-boot.sh --runs "$NESTED_RUNS" | grep -v '^\[ *[0-9]' || failed "guest-images/bench-nested-boot.sh" $?
 fi
 echo
 load

@@ -2,6 +2,8 @@
 # Runs every Ferrovirt test on this machine, installing what the tests need first:
 #   1. the Debian packages and the guest images (cached under /var/cache/ferrovirt);
 #   2. the KVM test guests on QEMU TCG, then format and lint checks;
+#   2b. the nested-KVM tier: real Linux guests on the VMM inside an L1 VM with nested SVM
+#      (hack/kvm-host.sh; vmm/tests/nested.rs, the `nested` feature);
 #   3. the local cluster with Ferrovirt installed, a worker node for migration and a VM running
 #      (hack/up.sh);
 #   4. cargo test for the whole workspace: unit, integration and end-to-end tests, but for the
@@ -66,6 +68,8 @@ step "test guests on QEMU TCG (independent of Ferrovirt's VMM)" \
   guest-images/test-guests/run-qemu.sh /var/cache/ferrovirt/guest-images/current/test-guests
 step "cargo fmt --check" cargo fmt --all -- --check
 step "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
+step "nested-KVM tier: Linux on the VMM in an L1 with real KVM (vmm/tests/nested.rs)" \
+  cargo test -p vmm --features nested --test nested --locked -- --nocapture
 setup "local cluster with Ferrovirt and a worker node" hack/up.sh
 step "cargo test" cargo_tests
 step "virt-operator: install, keep in shape, uninstall, reinstall, configuration, certificate rotation, upgrade (alone)" \

@@ -17,5 +17,29 @@ pub mod scratch;
 pub mod seed;
 
 pub use artifacts::{Artifacts, MissingArtifact, READY_MARKER};
+
+/// The median of `values` (the mean of the two middle ones for an even count); `None` when
+/// empty. The benchmarks' figure of a run set.
+pub fn median(values: &[f64]) -> Option<f64> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let middle = sorted.len() / 2;
+    match sorted.len() {
+        0 => None,
+        n if n % 2 == 1 => Some(sorted[middle]),
+        _ => Some((sorted[middle - 1] + sorted[middle]) / 2.0),
+    }
+}
+
 pub use qemu::{GuestError, GuestSpec, RunningGuest};
 pub use seed::{NoCloudSeed, SeedFormat};
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(super::median(&[]), None);
+        assert_eq!(super::median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(super::median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+    }
+}

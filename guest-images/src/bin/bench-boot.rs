@@ -20,14 +20,8 @@ struct Contender {
 }
 
 fn median(times: &[Duration]) -> Duration {
-    let mut sorted = times.to_vec();
-    sorted.sort();
-    let middle = sorted.len() / 2;
-    if sorted.len() % 2 == 1 {
-        sorted[middle]
-    } else {
-        (sorted[middle - 1] + sorted[middle]) / 2
-    }
+    let secs: Vec<f64> = times.iter().map(Duration::as_secs_f64).collect();
+    Duration::from_secs_f64(guest_images::median(&secs).unwrap_or(0.0))
 }
 
 fn parse_runs() -> Result<usize, String> {
@@ -104,20 +98,5 @@ fn main() -> ExitCode {
             eprintln!("bench-boot: {message}");
             ExitCode::FAILURE
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn median_of_odd_and_even_counts() {
-        let ms = Duration::from_millis;
-        assert_eq!(median(&[ms(3), ms(1), ms(2)]), ms(2));
-        assert_eq!(
-            median(&[ms(4), ms(1), ms(2), ms(3)]),
-            Duration::from_micros(2500)
-        );
     }
 }
