@@ -473,3 +473,209 @@ fn crc32_matches_busybox() {
     assert_eq!(crc32(b""), "00000000");
     assert_eq!(crc32(b"123456789"), "cbf43926");
 }
+
+/// The guest's `NESTED-COUNT n` values in `log`, complete lines only (a login prompt may
+/// share a line with one).
+fn guest_counts(log: &str) -> Vec<u64> {
+    let complete = &log[..log.rfind('\n').map_or(0, |i| i + 1)];
+    complete
+        .lines()
+        .filter_map(|l| l.trim_end_matches('\r').split("NESTED-COUNT ").nth(1))
+        .filter_map(|n| n.trim().parse().ok())
+        .collect()
+}
+
+/// Fails unless the counts of the source's log and then the target's go up by one each time
+/// (no count lost, none repeated).
+fn assert_no_gap(source: &str, target: &str) {
+    let (on_source, on_target) = (guest_counts(source), guest_counts(target));
+    let all: Vec<u64> = on_source.iter().chain(&on_target).copied().collect();
+    assert!(!on_target.is_empty(), "no counts on the target");
+    assert!(
+        all.windows(2).all(|w| w[1] == w[0] + 1),
+        "the guest's counter jumped: source {on_source:?}, target {on_target:?}"
+    );
+}
+
+/// A seed whose user-data counts on the console every 0.2 s, in the background.
+fn counter_seed(dir: &Path) -> PathBuf {
+    seed(
+        dir,
+        "(i=0; while :; do i=$((i+1)); echo \"NESTED-COUNT $i\"; sleep 0.2; done) &\n",
+    )
+}
+
+#[test]
+fn live_migration_of_a_counting_linux_guest_loses_no_count() {
+    let name = "live_migration_of_a_counting_linux_guest_loses_no_count";
+    let dir = work_dir(name);
+    let mut files = guest_files();
+    if !in_l1() {
+        counter_seed(&dir);
+    }
+    files.push(dir.clone());
+    nested_test(name, &files, L1_DEADLINE, || {
+        let source_serial = dir.join("source.log");
+        let target_serial = dir.join("target.log");
+        let config = |serial: &Path| {
+            let mut c = linux(serial);
+            c.disks = vec![disk(&dir.join("cidata.iso"), true)];
+            c.rng = Some(RngConfig::default());
+            c
+        };
+        let source = boot(&config(&source_serial));
+        wait_line(&source_serial, "NESTED-COUNT 10", Duration::from_secs(120));
+        let (mut source_end, mut target_end) =
+            std::os::unix::net::UnixStream::pair().expect("socketpair");
+        let target_config = config(&target_serial);
+        let target = std::thread::spawn(move || Vmm::restore_from(&target_config, &mut target_end));
+        let stats = source
+            .send_migration(
+                &mut source_end,
+                &vmm::migration::MigrationOptions::default(),
+            )
+            .unwrap_or_else(|e| panic!("send: {}", vmm::migration::error_chain(&e)));
+        let mut target = target
+            .join()
+            .expect("the target thread")
+            .unwrap_or_else(|e| panic!("restore: {}", vmm::migration::error_chain(&e)));
+        println!(
+            "nested: live migration of a Linux guest (256 MiB): {} pre-copy rounds, {} pages, \
+             downtime {:?}, total {:?}",
+            stats.precopy_rounds(),
+            stats.pages_sent,
+            stats.downtime,
+            stats.total
+        );
+        let last_on_source = guest_counts(&serial_log(&source_serial))
+            .last()
+            .copied()
+            .expect("counts on the source");
+        let next = format!("NESTED-COUNT {}", last_on_source + 10);
+        wait_line(&target_serial, &next, Duration::from_secs(60));
+        assert_no_gap(&serial_log(&source_serial), &serial_log(&target_serial));
+        target.stop();
+    });
+}
+
+#[test]
+fn a_paused_linux_guest_is_saved_and_restored_where_it_was() {
+    let name = "a_paused_linux_guest_is_saved_and_restored_where_it_was";
+    let dir = work_dir(name);
+    let mut files = guest_files();
+    if !in_l1() {
+        counter_seed(&dir);
+    }
+    files.push(dir.clone());
+    nested_test(name, &files, L1_DEADLINE, || {
+        let source_serial = dir.join("source.log");
+        let target_serial = dir.join("target.log");
+        let config = |serial: &Path| {
+            let mut c = linux(serial);
+            c.disks = vec![disk(&dir.join("cidata.iso"), true)];
+            c
+        };
+        let source = boot(&config(&source_serial));
+        wait_line(&source_serial, "NESTED-COUNT 5", Duration::from_secs(120));
+        source.pause().expect("pause");
+        // Save/restore is a migration of the paused VM: the target keeps the pause.
+        let (mut source_end, mut target_end) =
+            std::os::unix::net::UnixStream::pair().expect("socketpair");
+        let target_config = config(&target_serial);
+        let restore =
+            std::thread::spawn(move || Vmm::restore_from(&target_config, &mut target_end));
+        let stats = source
+            .send_migration(
+                &mut source_end,
+                &vmm::migration::MigrationOptions::default(),
+            )
+            .unwrap_or_else(|e| panic!("save: {}", vmm::migration::error_chain(&e)));
+        println!(
+            "nested: saved and restored a paused Linux guest: {} bytes in {:?}",
+            stats.bytes_sent, stats.total
+        );
+        let mut target = restore
+            .join()
+            .expect("the restore thread")
+            .unwrap_or_else(|e| panic!("restore: {}", vmm::migration::error_chain(&e)));
+        assert_eq!(
+            target.state(),
+            vmm::vmm::VmState::Paused,
+            "the target keeps the pause"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(
+            count_lines(&target_serial, "NESTED-COUNT "),
+            0,
+            "the restored guest ran before it was resumed"
+        );
+        target.resume().expect("resume the restored guest");
+        let last = guest_counts(&serial_log(&source_serial))
+            .last()
+            .copied()
+            .expect("counts before the save");
+        wait_line(
+            &target_serial,
+            &format!("NESTED-COUNT {}", last + 5),
+            Duration::from_secs(60),
+        );
+        assert_no_gap(&serial_log(&source_serial), &serial_log(&target_serial));
+        target.stop();
+    });
+}
+
+#[test]
+fn sigterm_to_the_vmm_command_shuts_the_linux_guest_down() {
+    let name = "sigterm_to_the_vmm_command_shuts_the_linux_guest_down";
+    let mut files = guest_files();
+    let vmm_bin = PathBuf::from(env!("CARGO_BIN_EXE_vmm"));
+    files.push(vmm_bin.clone());
+    nested_test(name, &files, L1_DEADLINE, || {
+        let dir = work_dir(name);
+        let serial = dir.join("serial.log");
+        let mut child = Command::new(&vmm_bin)
+            .arg("--require-hardware-virt")
+            .arg("--kernel")
+            .arg(image("vmlinux"))
+            .arg("--initramfs")
+            .arg(image("initramfs.cpio.gz"))
+            .args([
+                "--cmdline",
+                "console=ttyS0 panic=-1 root=ram",
+                "--memory",
+                "256",
+            ])
+            .arg("--serial")
+            .arg(format!("file:{}", serial.display()))
+            .args(["--shutdown-grace", "60"])
+            .spawn()
+            .expect("run vmm");
+        wait_for_serial(&serial, READY_MARKER, |log| log.contains(READY_MARKER));
+        common::signal(&child, libc::SIGTERM);
+        let started = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait for vmm") {
+                break status;
+            }
+            if started.elapsed() > Duration::from_secs(90) {
+                let _ = child.kill();
+                panic!(
+                    "vmm did not end after SIGTERM; serial:\n{}",
+                    serial_log(&serial)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        println!(
+            "nested: SIGTERM -> vmm exit {status} after {:.2} s",
+            started.elapsed().as_secs_f64()
+        );
+        // 0: the guest rebooted or powered off on ctrl-alt-del; 3 would be the grace expiring.
+        assert_eq!(
+            status.code(),
+            Some(0),
+            "the guest did not shut down on SIGTERM; serial:\n{}",
+            serial_log(&serial)
+        );
+    });
+}
