@@ -23,3 +23,5 @@ pub mod migration;
 pub mod reset;
 pub mod vmm;
 pub mod vstate;
+
+pub use arch::MAX_VIRTIO_DEVICES;
