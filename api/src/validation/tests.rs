@@ -640,6 +640,29 @@ fn error_messages_name_path_and_reason() {
     assert_eq!(errors[0].kind.cause_type(), "FieldValueNotSupported");
 }
 
+#[test]
+fn user_data_base64_follows_the_contracts_rule() {
+    let field = "spec.volumes[1].cloudInitNoCloud.userDataBase64";
+    let user_data = |text: &str| {
+        with(
+            vmi(),
+            "/spec/volumes/1/cloudInitNoCloud",
+            json!({ "userDataBase64": text }),
+        )
+    };
+    // Pasted with newlines, or without padding: accepted, as the launcher decodes it.
+    for text in ["aGk=", "aGk", "IyEvYmluL3NoCmVjaG8g\naGkK\n", " aGk= "] {
+        assert_eq!(errors_of(user_data(text)), vec![], "{text:?}");
+    }
+    for text in ["aGk==", "aG=k", "aGk-", "a"] {
+        assert_eq!(
+            errors_of(user_data(text)),
+            vec![(field.to_string(), Invalid)],
+            "{text:?}"
+        );
+    }
+}
+
 trait Pipe: Sized {
     fn pipe<T>(self, f: impl FnOnce(Self) -> T) -> T {
         f(self)

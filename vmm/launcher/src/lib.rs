@@ -16,6 +16,8 @@
 
 pub mod backend;
 pub mod console;
+#[cfg(test)]
+mod contract_tests;
 pub mod converter;
 pub mod domain;
 pub mod network;
