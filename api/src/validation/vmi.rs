@@ -2,16 +2,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use contract::limits::{MAX_DEVICES, MAX_VCPUS, MIN_GUEST_MEMORY_BYTES};
+
 use crate::domain::{Cpu, Devices, DomainSpec, Interface};
 use crate::other::reject_other;
 use crate::quantity;
 use crate::vmi::{VirtualMachineInstance, VirtualMachineInstanceSpec};
 use crate::volume::{Network, Volume};
 
-use super::{
-    check_dns_label, into_result, FieldError, Path, MAX_VCPUS, MAX_VIRTIO_DEVICES,
-    MIN_GUEST_MEMORY_BYTES,
-};
+use super::{check_dns_label, into_result, FieldError, Path};
 
 const EVICTION_STRATEGIES: [&str; 4] = ["None", "LiveMigrate", "LiveMigrateIfPossible", "External"];
 const CPU_MODELS: [&str; 2] = ["host-passthrough", "host-model"];
@@ -91,10 +90,12 @@ pub fn validate_vmi_spec(
     let vsock = usize::from(spec.domain.devices.autoattach_vsock == Some(true));
     let virtio =
         spec.domain.devices.disks.len() + spec.domain.devices.interfaces.len() + rng + vsock;
-    if virtio > MAX_VIRTIO_DEVICES {
+    if virtio > MAX_DEVICES {
         errors.push(FieldError::invalid(
             path.child("domain").child("devices"),
-            format!("{virtio} virtio devices, at most {MAX_VIRTIO_DEVICES} fit a microVM"),
+            format!(
+                "{virtio} virtio devices (disks + interfaces + rng + vsock), at most {MAX_DEVICES} fit a microVM"
+            ),
         ));
     }
 }
@@ -164,7 +165,7 @@ fn validate_cpu(cpu: &Cpu, path: &Path, errors: &mut Vec<FieldError>) {
         }
     }
     let vcpus = cpu.vcpus();
-    if vcpus > MAX_VCPUS {
+    if vcpus > u64::from(MAX_VCPUS) {
         errors.push(FieldError::invalid(
             path.clone(),
             format!("{vcpus} vCPUs (cores x sockets x threads), at most {MAX_VCPUS}"),

@@ -1,11 +1,70 @@
-//! What the contract promises, checked against this launcher: virt-api's validation accepts
-//! exactly the base64 the launcher decodes.
+//! What the contract promises, checked against this launcher and the `vmm` crate: the limits
+//! virt-api enforces are no more than what the VMM attaches, a VMI at the limit converts, and
+//! virt-api's validation accepts exactly the base64 the launcher decodes.
 
 use api::VirtualMachineInstance;
-use serde_json::json;
+use contract::limits::{MAX_DEVICES, MAX_VCPUS, MIN_GUEST_MEMORY_BYTES};
+use serde_json::{json, Value};
 
 use crate::converter::host::test_facts;
+use crate::converter::{admit_vmi, convert};
 use crate::volumes::plan::{plan_volume, VolumeSource};
+
+/// Checked when the tests compile: a contract limit past what the VMM can do does not build.
+#[test]
+fn limits_are_within_what_the_vmm_can_do() {
+    const {
+        assert!(
+            MAX_DEVICES <= vmm::MAX_VIRTIO_DEVICES,
+            "contract::limits::MAX_DEVICES admits more virtio devices than the VMM has slots for"
+        );
+        assert!(
+            MAX_VCPUS <= vmm::config::MAX_VCPUS as u32,
+            "contract::limits::MAX_VCPUS admits more vCPUs than the VMM runs"
+        );
+        assert!(
+            MIN_GUEST_MEMORY_BYTES >= vmm::config::MIN_MEMORY_BYTES,
+            "contract::limits::MIN_GUEST_MEMORY_BYTES is below the VMM's minimum"
+        );
+    }
+}
+
+/// A VMI with `disks` emptyDisks and the default pod interface (added by the defaults).
+fn vmi_with_disks(disks: usize) -> Value {
+    let names: Vec<String> = (0..disks).map(|i| format!("disk{i}")).collect();
+    json!({
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": {"name": "many", "namespace": "ns", "uid": "u1"},
+        "spec": {
+            "domain": {
+                "memory": {"guest": "128Mi"},
+                "devices": {
+                    "disks": names.iter().map(|n| json!({"name": n, "disk": {"bus": "virtio"}})).collect::<Vec<_>>(),
+                }
+            },
+            "volumes": names.iter().map(|n| json!({"name": n, "emptyDisk": {"capacity": "1Mi"}})).collect::<Vec<_>>(),
+        }
+    })
+}
+
+#[test]
+fn a_vmi_at_the_device_limit_converts_within_the_vmm_slots() {
+    // MAX_DEVICES - 1 disks + the default pod interface.
+    let json = serde_json::to_vec(&vmi_with_disks(MAX_DEVICES - 1)).unwrap();
+    let vmi = admit_vmi(&json).expect("a VMI at the limit is admitted");
+    let config = convert(&vmi, &test_facts()).expect("and converts");
+    let devices = config.disks.len()
+        + config.net.len()
+        + usize::from(config.rng.is_some())
+        + usize::from(config.vsock.is_some());
+    assert_eq!(devices, MAX_DEVICES);
+    assert!(devices <= vmm::MAX_VIRTIO_DEVICES);
+
+    let json = serde_json::to_vec(&vmi_with_disks(MAX_DEVICES)).unwrap();
+    let err = admit_vmi(&json).expect_err("one past the limit is refused");
+    assert!(err.to_string().contains("spec.domain.devices"), "{err}");
+}
 
 /// A VMI whose cloud-init volume (`spec.volumes[1]`) has `userDataBase64: text`.
 fn vmi_with_user_data_base64(text: &str) -> VirtualMachineInstance {
