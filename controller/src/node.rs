@@ -4,15 +4,14 @@
 use std::time::Duration;
 
 use api::{VirtualMachineInstance, VmiPhase};
+use contract::{annotations, labels};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 
 use crate::vmi::plan::{set_condition, set_phase};
-use crate::vmi::reconcile::NODE_LABEL;
 
-pub const HEARTBEAT_ANNOTATION: &str = "kubevirt.io/heartbeat";
 pub const STALE_AFTER: SignedDuration = SignedDuration::from_secs(300);
 const CHECK_EVERY: Duration = Duration::from_secs(30);
 
@@ -22,7 +21,7 @@ pub fn stale_nodes(nodes: &[Node], now: Timestamp, stale_after: SignedDuration) 
         .iter()
         .filter(|node| {
             node.annotations()
-                .get(HEARTBEAT_ANNOTATION)
+                .get(annotations::HEARTBEAT)
                 .and_then(|t| t.parse::<Timestamp>().ok())
                 .is_some_and(|beat| beat + stale_after < now)
         })
@@ -47,7 +46,7 @@ async fn check_once(client: &Client) -> Result<(), kube::Error> {
         .items;
     for node in stale_nodes(&nodes, Timestamp::now(), STALE_AFTER) {
         let vmis = Api::<VirtualMachineInstance>::all(client.clone())
-            .list(&ListParams::default().labels(&format!("{NODE_LABEL}={node}")))
+            .list(&ListParams::default().labels(&format!("{}={node}", labels::NODE_NAME)))
             .await?;
         for mut vmi in vmis.items {
             let status = vmi.status.get_or_insert_with(Default::default);
@@ -87,7 +86,7 @@ mod tests {
         node.metadata.name = Some(name.into());
         if let Some(beat) = beat {
             node.metadata.annotations =
-                Some([(HEARTBEAT_ANNOTATION.to_string(), beat.to_string())].into());
+                Some([(annotations::HEARTBEAT.to_string(), beat.to_string())].into());
         }
         node
     }

@@ -17,6 +17,11 @@ use std::collections::BTreeMap;
 use api::domain::KernelBootContainer;
 use api::quantity;
 use api::VirtualMachineInstance;
+use contract::layout::{
+    CONTAINER_DISK_DIR, HOST_SOCKET_ROOT, KERNEL_BOOT_DIR, LAUNCHER_SOCKET_DIR, PRIVATE_DIR,
+    PVC_DISK_DIR,
+};
+use contract::{annotations, labels, resources};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, EmptyDirVolumeSource, HostPathVolumeSource,
     PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec, ResourceRequirements,
@@ -28,33 +33,6 @@ use kube::Resource;
 
 use crate::config::ClusterConfig;
 
-/// Label on every launcher Pod.
-pub const APP_LABEL: &str = "kubevirt.io";
-pub const APP_LABEL_VALUE: &str = "virt-launcher";
-/// Label with the UID of the VMI a launcher Pod belongs to.
-pub const CREATED_BY_LABEL: &str = "kubevirt.io/created-by";
-/// Label with the VMI's name.
-pub const VMI_NAME_LABEL: &str = "vm.kubevirt.io/name";
-/// Annotation with the VMI's name (KubeVirt's `kubevirt.io/domain`).
-pub const DOMAIN_ANNOTATION: &str = "kubevirt.io/domain";
-/// Label virt-handler puts on nodes that can run VMs.
-pub const SCHEDULABLE_LABEL: &str = "kubevirt.io/schedulable";
-/// Device-plugin resources served by virt-handler.
-pub const KVM_RESOURCE: &str = "devices.kubevirt.io/kvm";
-pub const TUN_RESOURCE: &str = "devices.kubevirt.io/tun";
-
-/// Where virt-handler and the launchers share sockets on the host; one directory per VMI UID.
-pub const HOST_SOCKET_ROOT: &str = "/var/run/kubevirt/sockets";
-/// Where the launcher sees its socket directory.
-pub const LAUNCHER_SOCKET_DIR: &str = "/var/run/kubevirt/sockets";
-/// Where the launcher finds containerDisk copies: `<this>/<volume name>/<file>`.
-pub const CONTAINER_DISK_DIR: &str = "/var/run/kubevirt/container-disks";
-/// Where the launcher finds a kernelBoot kernel and initrd: `<this>/<file name>`.
-pub const KERNEL_BOOT_DIR: &str = "/var/run/kubevirt/kernel-boot";
-/// Where the launcher keeps the disks it makes (cloud-init, emptyDisk).
-pub const PRIVATE_DIR: &str = "/var/run/kubevirt-private";
-/// Where PVC volumes are mounted: `<this>/<volume name>/disk.img`, as in KubeVirt.
-pub const PVC_DISK_DIR: &str = "/var/run/kubevirt-private/vmi-disks";
 /// The static busybox the init containers use inside containerDisk images (which hold no
 /// binaries of their own).
 const BUSYBOX_DIR: &str = "/var/run/kubevirt/container-disk-binary";
@@ -79,10 +57,10 @@ pub fn render_launcher_pod(
     let uid = vmi.metadata.uid.clone().ok_or(RenderError::NoUid)?;
     let guest_memory = guest_memory_bytes(vmi).map_err(RenderError::Memory)?;
 
-    let mut labels = vmi.metadata.labels.clone().unwrap_or_default();
-    labels.insert(APP_LABEL.into(), APP_LABEL_VALUE.into());
-    labels.insert(CREATED_BY_LABEL.into(), uid.clone());
-    labels.insert(VMI_NAME_LABEL.into(), name.clone());
+    let mut pod_labels = vmi.metadata.labels.clone().unwrap_or_default();
+    pod_labels.insert(labels::APP.into(), labels::LAUNCHER_APP.into());
+    pod_labels.insert(labels::CREATED_BY.into(), uid.clone());
+    pod_labels.insert(labels::VMI_NAME.into(), name.clone());
 
     let mut volumes = vec![
         host_path_volume("sockets", &format!("{HOST_SOCKET_ROOT}/{uid}")),
@@ -170,12 +148,12 @@ pub fn render_launcher_pod(
     let mut requests = BTreeMap::from([
         ("memory".to_string(), Quantity(memory_request.to_string())),
         ("cpu".to_string(), Quantity(cfg.cpu_request.clone())),
-        (TUN_RESOURCE.to_string(), Quantity("1".into())),
+        (resources::TUN.to_string(), Quantity("1".into())),
     ]);
-    let mut limits = BTreeMap::from([(TUN_RESOURCE.to_string(), Quantity("1".into()))]);
+    let mut limits = BTreeMap::from([(resources::TUN.to_string(), Quantity("1".into()))]);
     if !cfg.use_emulation {
-        requests.insert(KVM_RESOURCE.into(), Quantity("1".into()));
-        limits.insert(KVM_RESOURCE.into(), Quantity("1".into()));
+        requests.insert(resources::KVM.into(), Quantity("1".into()));
+        limits.insert(resources::KVM.into(), Quantity("1".into()));
     }
     if let Some(resources) = &vmi.spec.domain.resources {
         if let Some(user_limits) = &resources.limits {
@@ -226,7 +204,7 @@ pub fn render_launcher_pod(
     };
 
     let mut node_selector = vmi.spec.node_selector.clone().unwrap_or_default();
-    node_selector.insert(SCHEDULABLE_LABEL.into(), "true".into());
+    node_selector.insert(labels::SCHEDULABLE.into(), "true".into());
     let grace = vmi
         .spec
         .termination_grace_period_seconds
@@ -236,9 +214,9 @@ pub fn render_launcher_pod(
         metadata: ObjectMeta {
             generate_name: Some(format!("virt-launcher-{name}-")),
             namespace,
-            labels: Some(labels),
+            labels: Some(pod_labels),
             annotations: Some(BTreeMap::from([(
-                DOMAIN_ANNOTATION.to_string(),
+                annotations::DOMAIN.to_string(),
                 name.clone(),
             )])),
             owner_references: Some(vec![owner_reference(vmi, &uid)]),

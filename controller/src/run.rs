@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use api::{KubeVirt, VirtualMachine, VirtualMachineInstance};
+use contract::labels;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{Action, Controller};
@@ -12,7 +13,6 @@ use kube::{Api, Client, ResourceExt};
 
 use crate::config::ClusterConfig;
 use crate::context::Context;
-use crate::pod::{APP_LABEL, APP_LABEL_VALUE};
 use crate::{vm, vmi, Error};
 
 /// Runs the VM and VMI controllers until a shutdown signal.
@@ -31,7 +31,7 @@ pub async fn run_controllers(client: Client, base: ClusterConfig) {
 
     let ctx = Context::new(client.clone(), kubevirts, base);
     let launcher_pods =
-        watcher::Config::default().labels(&format!("{APP_LABEL}={APP_LABEL_VALUE}"));
+        watcher::Config::default().labels(&format!("{}={}", labels::APP, labels::LAUNCHER_APP));
 
     let vmi_controller = Controller::new(
         Api::<VirtualMachineInstance>::all(client.clone()),

@@ -28,8 +28,6 @@ use kube::{Api, Client, ResourceExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-use crate::vmi::reconcile::NODE_LABEL;
-
 /// Where `/metrics` is served (plain HTTP).
 pub const METRICS_PORT: u16 = 8080;
 /// The host's memory cgroup hierarchy inside the virt-handler container.
@@ -285,7 +283,7 @@ fn escape(value: &str) -> String {
 
 /// Lists the Running VMIs of `node` and measures their launcher Pods.
 async fn collect(client: &Client, node: &str, paths: &HostPaths) -> Vec<VmiMemory> {
-    let params = ListParams::default().labels(&format!("{NODE_LABEL}={node}"));
+    let params = ListParams::default().labels(&format!("{}={node}", contract::labels::NODE_NAME));
     let vmis = match Api::<VirtualMachineInstance>::all(client.clone())
         .list(&params)
         .await

@@ -7,17 +7,14 @@
 
 use std::time::Duration;
 
+use contract::capability::KvmCapability;
+use contract::{annotations, labels};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
-use vmm::capability::KvmCapability;
 
-pub const SCHEDULABLE_LABEL: &str = "kubevirt.io/schedulable";
-pub const KVM_LABEL: &str = "ferrovirt.io/kvm";
-pub const HEARTBEAT_ANNOTATION: &str = "kubevirt.io/heartbeat";
-pub const KVM_REASON_ANNOTATION: &str = "ferrovirt.io/kvm-reason";
 pub const HEARTBEAT: Duration = Duration::from_secs(30);
 
 /// The label value and reason for a KVM capability.
@@ -41,10 +38,10 @@ pub async fn mark_node(
     let (kvm, reason) = kvm_label(capability);
     let patch = json!({
         "metadata": {
-            "labels": {SCHEDULABLE_LABEL: "true", KVM_LABEL: kvm},
+            "labels": {labels::SCHEDULABLE: "true", labels::KVM: kvm},
             "annotations": {
-                HEARTBEAT_ANNOTATION: Timestamp::now().to_string(),
-                KVM_REASON_ANNOTATION: reason,
+                annotations::HEARTBEAT: Timestamp::now().to_string(),
+                annotations::KVM_REASON: reason,
             }
         }
     });

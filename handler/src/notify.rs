@@ -6,17 +6,15 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use contract::proto::v1::notify_server::{Notify, NotifyServer};
+use contract::proto::v1::{DomainEventRequest, DomainEventResponse};
+use contract::sockets::NOTIFY_SOCKET;
 use kube::runtime::reflector::ObjectRef;
-use launcher::proto::v1::notify_server::{Notify, NotifyServer};
-use launcher::proto::v1::{DomainEventRequest, DomainEventResponse};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Response, Status};
 
 use api::VirtualMachineInstance;
-
-/// File name of the notify socket in a VMI's socket directory.
-pub const NOTIFY_SOCKET: &str = "handler-notify";
 
 struct Listener {
     object: ObjectRef<VirtualMachineInstance>,

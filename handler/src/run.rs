@@ -5,21 +5,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use api::{KubeVirt, VirtualMachineInstance};
+use contract::labels;
+use contract::layout::{DEVICE_PLUGIN_DIR, HOST_SOCKET_ROOT};
 use futures::StreamExt;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::{reflector, watcher, WatchStreamExt};
 use kube::{Api, Client, ResourceExt};
 
-use crate::device_plugin::{run_device_plugin, DEVICE_PLUGIN_DIR, KVM, TUN};
+use crate::device_plugin::{run_device_plugin, KVM, TUN};
 use crate::node;
 use crate::notify::NotifyServers;
-use crate::vmi::reconcile::{reconcile, HandlerContext, SyncError, NODE_LABEL};
-
-/// Where virt-handler and the launchers share their socket directories on the host.
-pub const SOCKET_ROOT: &str = "/var/run/kubevirt/sockets";
+use crate::vmi::reconcile::{reconcile, HandlerContext, SyncError};
 
 pub async fn run_handler(client: Client, node_name: String) {
-    let capability = vmm::capability::probe();
+    let capability = contract::capability::probe();
     log::info!("node {node_name}: KVM {:?}", capability);
     if let Err(e) = node::mark_node(&client, &node_name, &capability).await {
         log::warn!("labelling node {node_name}: {e}");
@@ -44,24 +43,24 @@ pub async fn run_handler(client: Client, node_name: String) {
         .applied_objects()
         .for_each(|_| futures::future::ready(())),
     );
-    let _ = std::fs::create_dir_all(SOCKET_ROOT);
+    let _ = std::fs::create_dir_all(HOST_SOCKET_ROOT);
     tokio::spawn(crate::migration::reconcile::run(
         client.clone(),
         node_name.clone(),
-        PathBuf::from(SOCKET_ROOT),
+        PathBuf::from(HOST_SOCKET_ROOT),
         kubevirts.clone(),
     ));
-    tokio::spawn(crate::server::run_from_env(PathBuf::from(SOCKET_ROOT)));
+    tokio::spawn(crate::server::run_from_env(PathBuf::from(HOST_SOCKET_ROOT)));
     tokio::spawn(crate::metrics::serve(client.clone(), node_name.clone()));
     let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
     let ctx = Arc::new(HandlerContext {
         client: client.clone(),
         node: node_name.clone(),
-        socket_root: PathBuf::from(SOCKET_ROOT),
+        socket_root: PathBuf::from(HOST_SOCKET_ROOT),
         kubevirts,
         notify: NotifyServers::new(events_tx),
     });
-    let mine = watcher::Config::default().labels(&format!("{NODE_LABEL}={node_name}"));
+    let mine = watcher::Config::default().labels(&format!("{}={node_name}", labels::NODE_NAME));
     Controller::new(Api::<VirtualMachineInstance>::all(client), mine)
         .reconcile_on(tokio_stream::wrappers::UnboundedReceiverStream::new(
             events_rx,

@@ -48,7 +48,7 @@ async fn registers_lists_allocates_and_reregisters() {
     assert_eq!(registration.endpoint, "ferrovirt-kvm.sock");
 
     let socket = dir.path().join(&registration.endpoint);
-    let mut plugin = DevicePluginClient::new(launcher::proto::unix_channel(&socket).unwrap());
+    let mut plugin = DevicePluginClient::new(contract::client::unix_channel(&socket).unwrap());
     let mut devices = plugin.list_and_watch(Empty {}).await.unwrap().into_inner();
     let first = devices.next().await.unwrap().unwrap();
     assert_eq!(first.devices.len(), KVM.count);
@@ -104,7 +104,7 @@ async fn a_missing_device_is_unhealthy() {
     tokio::spawn(run_device_plugin(missing, dir.path().to_path_buf()));
     let registration = next_registration(&mut rx).await;
     let socket = dir.path().join(registration.endpoint);
-    let mut plugin = DevicePluginClient::new(launcher::proto::unix_channel(&socket).unwrap());
+    let mut plugin = DevicePluginClient::new(contract::client::unix_channel(&socket).unwrap());
     let list = plugin
         .list_and_watch(Empty {})
         .await

@@ -6,6 +6,7 @@
 //! with server-side apply; a test checks each one against its k8s-openapi type, so a misspelled
 //! field fails the build's tests instead of being dropped by the API server.
 
+use contract::layout;
 use serde_json::{json, Value};
 
 /// The Secret with the token virt-api used to present to virt-handler (`token`). Neither
@@ -232,19 +233,19 @@ fn handler_daemonset(cfg: &InstallConfig) -> Value {
                             {"name": "metrics", "containerPort": 8080},
                         ],
                         "volumeMounts": [
-                            {"name": "kubevirt-run", "mountPath": "/var/run/kubevirt"},
+                            {"name": "kubevirt-run", "mountPath": layout::HOST_RUN_DIR},
                             // Launcher Pod memory for kubevirt_vmi_launcher_memory_overhead_bytes.
                             {"name": "host-cgroup", "mountPath": "/host/sys/fs/cgroup", "readOnly": true},
-                            {"name": "device-plugins", "mountPath": "/var/lib/kubelet/device-plugins"},
+                            {"name": "device-plugins", "mountPath": layout::DEVICE_PLUGIN_DIR},
                             // Mutual TLS of the console/action server (virt-api is the client)
                             // and of the migration stream between handlers.
                             {"name": "server-certificates", "mountPath": "/etc/virt-handler/servercertificates", "readOnly": true},
                         ],
                     }],
                     "volumes": [
-                        {"name": "kubevirt-run", "hostPath": {"path": "/var/run/kubevirt", "type": "DirectoryOrCreate"}},
+                        {"name": "kubevirt-run", "hostPath": {"path": layout::HOST_RUN_DIR, "type": "DirectoryOrCreate"}},
                         {"name": "host-cgroup", "hostPath": {"path": "/sys/fs/cgroup", "type": "Directory"}},
-                        {"name": "device-plugins", "hostPath": {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"}},
+                        {"name": "device-plugins", "hostPath": {"path": layout::DEVICE_PLUGIN_DIR, "type": "Directory"}},
                         // Optional: without it virt-handler runs, and consoles and migrations fail
                         // saying so.
                         {"name": "server-certificates", "secret": {"secretName": "kubevirt-virt-handler-server-certs", "optional": true}},

@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
-const KVM: &str = "devices.kubevirt.io/kvm";
+const KVM: &str = contract::resources::KVM;
 
 async fn set_emulation(client: &Client, on: Option<bool>) {
     kubevirts(client)
@@ -63,12 +63,14 @@ async fn start_vmi(client: &Client, ns: &str, name: &str) -> (bool, bool) {
         &format!("the launcher Pod of {name}"),
         Duration::from_secs(60),
         || async {
-            pods.list(&ListParams::default().labels(&format!("kubevirt.io/created-by={uid}")))
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .next()
+            pods.list(
+                &ListParams::default().labels(&format!("{}={uid}", contract::labels::CREATED_BY)),
+            )
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .next()
         },
     )
     .await;

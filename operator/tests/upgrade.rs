@@ -160,7 +160,7 @@ async fn components_roll_to_a_new_build_while_a_vm_keeps_running() {
     let uid = vmi.metadata.uid.clone().expect("a UID");
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     let launcher_pod = || async {
-        pods.list(&ListParams::default().labels(&format!("kubevirt.io/created-by={uid}")))
+        pods.list(&ListParams::default().labels(&format!("{}={uid}", contract::labels::CREATED_BY)))
             .await
             .expect("listing launcher pods")
             .items

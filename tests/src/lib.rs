@@ -181,7 +181,11 @@ pub fn node_pid(node: &str) -> u32 {
 /// Reads the serial console of VMI `uid` on `node` for up to `duration`, returning what the
 /// guest printed (the launcher keeps a backlog, so earlier output is included).
 pub fn read_console(node: &str, uid: &str, duration: Duration) -> String {
-    let socket = format!("/var/run/kubevirt/sockets/{uid}/console-sock");
+    let socket = format!(
+        "{}/{uid}/{}",
+        contract::layout::HOST_SOCKET_ROOT,
+        contract::sockets::CONSOLE_SOCKET
+    );
     let output = std::process::Command::new("nsenter")
         .args([
             "-t",

@@ -129,7 +129,7 @@ async fn console_counts(node: &str, uid: &str, at_least: usize, timeout: Duratio
 async fn two_schedulable_nodes(client: &Client) {
     let nodes: Api<Node> = Api::all(client.clone());
     let schedulable = nodes
-        .list(&ListParams::default().labels("kubevirt.io/schedulable=true"))
+        .list(&ListParams::default().labels(&format!("{}=true", contract::labels::SCHEDULABLE)))
         .await
         .expect("nodes listed")
         .items;
@@ -305,7 +305,7 @@ async fn virtctl_migrate_moves_a_running_vm_to_the_other_node() {
     };
     assert_eq!(s.migration_method.as_deref(), Some("BlockMigration"));
     assert_eq!(
-        moved.labels().get("kubevirt.io/nodeName"),
+        moved.labels().get(contract::labels::NODE_NAME),
         Some(&target_node)
     );
 
@@ -331,7 +331,7 @@ async fn virtctl_migrate_moves_a_running_vm_to_the_other_node() {
     // The source Pod goes; the target Pod is the VMI's launcher.
     wait_for("the source Pod to go", Duration::from_secs(120), || async {
         let list = pods
-            .list(&ListParams::default().labels(&format!("kubevirt.io/created-by={uid}")))
+            .list(&ListParams::default().labels(&format!("{}={uid}", contract::labels::CREATED_BY)))
             .await
             .ok()?;
         let on_source = list.items.iter().any(|p| {
@@ -449,7 +449,7 @@ async fn virtctl_migrate_moves_a_running_vm_to_the_other_node() {
     assert!(home[0].n > last_there.n && home[0].uptime > last_there.uptime);
     wait_for("one launcher Pod", Duration::from_secs(120), || async {
         let list = pods
-            .list(&ListParams::default().labels(&format!("kubevirt.io/created-by={uid}")))
+            .list(&ListParams::default().labels(&format!("{}={uid}", contract::labels::CREATED_BY)))
             .await
             .ok()?;
         (list.items.len() == 1).then_some(())

@@ -72,7 +72,7 @@ async fn vmi_runs_shows_its_console_and_is_deleted_cleanly() {
         .expect("nodeName is set");
 
     let launcher_pods = pods
-        .list(&ListParams::default().labels(&format!("kubevirt.io/created-by={uid}")))
+        .list(&ListParams::default().labels(&format!("{}={uid}", contract::labels::CREATED_BY)))
         .await
         .expect("pods listed")
         .items;
@@ -127,7 +127,10 @@ async fn vmi_runs_shows_its_console_and_is_deleted_cleanly() {
         Duration::from_secs(120),
         || async {
             let left = pods
-                .list(&ListParams::default().labels(&format!("kubevirt.io/created-by={uid}")))
+                .list(
+                    &ListParams::default()
+                        .labels(&format!("{}={uid}", contract::labels::CREATED_BY)),
+                )
                 .await
                 .ok()?;
             left.items.is_empty().then_some(())

@@ -19,12 +19,8 @@ pub use replicaset::validate_replica_set;
 pub use vm::validate_vm;
 pub use vmi::{validate_vmi, validate_vmi_spec, validate_vmi_update};
 
-/// Smallest guest memory Ferrovirt runs (the VMM's own minimum).
-pub const MIN_GUEST_MEMORY_BYTES: u64 = 16 << 20;
-/// Most vCPUs a VMI may have.
-pub const MAX_VCPUS: u64 = 32;
-/// Most virtio devices (disks + interfaces + rng + vsock) a microVM has slots for.
-pub const MAX_VIRTIO_DEVICES: usize = 24;
+// The limits (guest memory, vCPUs, virtio devices) are the contract's, derived from the VMM:
+// see `contract::limits`.
 
 /// A field path such as `spec.domain.devices.disks[1].name`.
 #[derive(Clone, Debug, PartialEq, Eq)]

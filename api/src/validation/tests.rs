@@ -640,6 +640,78 @@ fn error_messages_name_path_and_reason() {
     assert_eq!(errors[0].kind.cause_type(), "FieldValueNotSupported");
 }
 
+/// The base VMI with `extra` more emptyDisks, each a disk and its volume.
+fn vmi_with_extra_disks(extra: usize) -> Value {
+    let mut vmi = vmi();
+    for i in 0..extra {
+        let name = format!("extra{i}");
+        vmi["spec"]["domain"]["devices"]["disks"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": name, "disk": {"bus": "virtio"}}));
+        vmi["spec"]["volumes"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": name, "emptyDisk": {"capacity": "1Mi"}}));
+    }
+    vmi
+}
+
+#[test]
+fn the_device_limit_is_the_contracts() {
+    use contract::limits::MAX_DEVICES;
+    // The base VMI has 5 virtio devices: 3 disks, 1 interface and the rng.
+    let base = 5;
+    assert_eq!(errors_of(vmi_with_extra_disks(MAX_DEVICES - base)), vec![]);
+    let devices = ("spec.domain.devices".to_string(), Invalid);
+    assert_eq!(
+        errors_of(vmi_with_extra_disks(MAX_DEVICES - base + 1)),
+        vec![devices.clone()]
+    );
+    // vsock is a device too.
+    let with_vsock = with(
+        vmi_with_extra_disks(MAX_DEVICES - base),
+        "/spec/domain/devices/autoattachVSOCK",
+        json!(true),
+    );
+    assert_eq!(errors_of(with_vsock), vec![devices]);
+
+    let past = KubeVirtObject::from_value(vmi_with_extra_disks(MAX_DEVICES - base + 1))
+        .unwrap()
+        .validate()
+        .unwrap_err();
+    assert_eq!(
+        past[0].to_string(),
+        format!(
+            "spec.domain.devices: {} virtio devices (disks + interfaces + rng + vsock), at most {MAX_DEVICES} fit a microVM",
+            MAX_DEVICES + 1
+        )
+    );
+}
+
+#[test]
+fn user_data_base64_follows_the_contracts_rule() {
+    let field = "spec.volumes[1].cloudInitNoCloud.userDataBase64";
+    let user_data = |text: &str| {
+        with(
+            vmi(),
+            "/spec/volumes/1/cloudInitNoCloud",
+            json!({ "userDataBase64": text }),
+        )
+    };
+    // Pasted with newlines, or without padding: accepted, as the launcher decodes it.
+    for text in ["aGk=", "aGk", "IyEvYmluL3NoCmVjaG8g\naGkK\n", " aGk= "] {
+        assert_eq!(errors_of(user_data(text)), vec![], "{text:?}");
+    }
+    for text in ["aGk==", "aG=k", "aGk-", "a"] {
+        assert_eq!(
+            errors_of(user_data(text)),
+            vec![(field.to_string(), Invalid)],
+            "{text:?}"
+        );
+    }
+}
+
 trait Pipe: Sized {
     fn pipe<T>(self, f: impl FnOnce(Self) -> T) -> T {
         f(self)

@@ -2,16 +2,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use contract::limits::{MAX_DEVICES, MAX_VCPUS, MIN_GUEST_MEMORY_BYTES};
+
 use crate::domain::{Cpu, Devices, DomainSpec, Interface};
 use crate::other::reject_other;
 use crate::quantity;
 use crate::vmi::{VirtualMachineInstance, VirtualMachineInstanceSpec};
 use crate::volume::{Network, Volume};
 
-use super::{
-    check_dns_label, into_result, FieldError, Path, MAX_VCPUS, MAX_VIRTIO_DEVICES,
-    MIN_GUEST_MEMORY_BYTES,
-};
+use super::{check_dns_label, into_result, FieldError, Path};
 
 const EVICTION_STRATEGIES: [&str; 4] = ["None", "LiveMigrate", "LiveMigrateIfPossible", "External"];
 const CPU_MODELS: [&str; 2] = ["host-passthrough", "host-model"];
@@ -91,10 +90,12 @@ pub fn validate_vmi_spec(
     let vsock = usize::from(spec.domain.devices.autoattach_vsock == Some(true));
     let virtio =
         spec.domain.devices.disks.len() + spec.domain.devices.interfaces.len() + rng + vsock;
-    if virtio > MAX_VIRTIO_DEVICES {
+    if virtio > MAX_DEVICES {
         errors.push(FieldError::invalid(
             path.child("domain").child("devices"),
-            format!("{virtio} virtio devices, at most {MAX_VIRTIO_DEVICES} fit a microVM"),
+            format!(
+                "{virtio} virtio devices (disks + interfaces + rng + vsock), at most {MAX_DEVICES} fit a microVM"
+            ),
         ));
     }
 }
@@ -164,7 +165,7 @@ fn validate_cpu(cpu: &Cpu, path: &Path, errors: &mut Vec<FieldError>) {
         }
     }
     let vcpus = cpu.vcpus();
-    if vcpus > MAX_VCPUS {
+    if vcpus > u64::from(MAX_VCPUS) {
         errors.push(FieldError::invalid(
             path.clone(),
             format!("{vcpus} vCPUs (cores x sockets x threads), at most {MAX_VCPUS}"),
@@ -512,8 +513,9 @@ fn validate_volume(volume: &Volume, at: &Path, errors: &mut Vec<FieldError>) {
                 ));
             }
             if let Some(value) = encoded_value {
-                if let Err(e) = base64_decode(value) {
-                    errors.push(FieldError::invalid(at.child(encoded), e));
+                // The launcher decodes with the same function.
+                if let Err(e) = contract::base64::decode(value) {
+                    errors.push(FieldError::invalid(at.child(encoded), e.to_string()));
                 }
             }
         }
@@ -658,53 +660,9 @@ pub fn parse_ipv4_cidr(cidr: &str) -> Result<(std::net::Ipv4Addr, u8), String> {
     Ok((addr, prefix))
 }
 
-/// Decodes standard base64 (with or without padding, whitespace ignored).
-pub fn base64_decode(text: &str) -> Result<Vec<u8>, String> {
-    let mut out = Vec::with_capacity(text.len() * 3 / 4);
-    let mut buffer = 0u32;
-    let mut bits = 0;
-    let mut padding = 0;
-    for c in text.bytes().filter(|c| !c.is_ascii_whitespace()) {
-        let value = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            b'=' => {
-                padding += 1;
-                continue;
-            }
-            _ => return Err(format!("not base64: unexpected character {:?}", c as char)),
-        };
-        if padding > 0 {
-            return Err("not base64: data after '='".to_string());
-        }
-        buffer = (buffer << 6) | u32::from(value);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((buffer >> bits) as u8);
-        }
-    }
-    if padding > 2 || bits >= 6 {
-        return Err("not base64: bad length".to_string());
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn base64_round_trips_known_values() {
-        assert_eq!(base64_decode("aGVsbG8=").unwrap(), b"hello");
-        assert_eq!(base64_decode("aGVsbG8").unwrap(), b"hello");
-        assert_eq!(base64_decode("aGVs\nbG8h").unwrap(), b"hello!");
-        assert!(base64_decode("aGVsbG8*").is_err());
-        assert!(base64_decode("a").is_err());
-    }
 
     #[test]
     fn cidr_parsing() {

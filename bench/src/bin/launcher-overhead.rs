@@ -24,10 +24,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
+use contract::proto::v1;
 use ferrovirt_bench::median;
 use guest_images::{Artifacts, READY_MARKER};
 use handler::metrics::{guest_resident, working_set};
-use launcher::proto::v1;
 
 const CGROUP_PARENT: &str = "/sys/fs/cgroup/memory/ferrovirt-bench";
 
@@ -225,7 +225,9 @@ async fn run_once(o: &Options, artifacts: &Artifacts, run: usize) -> anyhow::Res
         cgroup: cgroup.clone(),
         root: root.clone(),
     };
-    let socket = root.join("sockets/launcher-sock");
+    let socket = root
+        .join("sockets")
+        .join(contract::sockets::LAUNCHER_SOCKET);
     let deadline = Instant::now() + Duration::from_secs(30);
     while !socket.exists() {
         if Instant::now() > deadline {
@@ -236,7 +238,7 @@ async fn run_once(o: &Options, artifacts: &Artifacts, run: usize) -> anyhow::Res
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let mut client = launcher::proto::launcher_client(&socket)?;
+    let mut client = contract::client::launcher_client(&socket)?;
     let mut disks = Vec::new();
     let mut volumes = Vec::new();
     if !o.kvm {
@@ -276,8 +278,9 @@ async fn run_once(o: &Options, artifacts: &Artifacts, run: usize) -> anyhow::Res
 
     // The console: wait for the guest's output.
     let console = Arc::new(Mutex::new(Vec::<u8>::new()));
-    let mut stream = UnixStream::connect(root.join("sockets/console-sock"))
-        .context("connecting to console-sock")?;
+    let mut stream =
+        UnixStream::connect(root.join("sockets").join(contract::sockets::CONSOLE_SOCKET))
+            .context("connecting to console-sock")?;
     {
         let console = console.clone();
         std::thread::spawn(move || {

@@ -28,11 +28,4 @@
 pub mod plan;
 pub mod reconcile;
 
-/// Label of a target launcher Pod: the UID of its migration (KubeVirt's name).
-pub const MIGRATION_JOB_LABEL: &str = "kubevirt.io/migrationJobUID";
-/// Label on a VMI while it migrates: the target node (KubeVirt's name).
-pub const MIGRATION_TARGET_NODE_LABEL: &str = "kubevirt.io/migrationTargetNodeName";
-/// Finalizer that keeps a migration until it is cancelled or finished.
-pub const FINALIZER: &str = "kubevirt.io/migrationJobFinalize";
-
 pub use plan::visible_pods;

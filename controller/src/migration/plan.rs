@@ -11,7 +11,6 @@ use k8s_openapi::api::core::v1::{
     Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
 };
 
-use super::MIGRATION_JOB_LABEL;
 use crate::config::ClusterConfig;
 use crate::pod::{render_launcher_pod, RenderError};
 
@@ -184,7 +183,7 @@ pub fn render_target_pod(
     pod.metadata
         .labels
         .get_or_insert_with(Default::default)
-        .insert(MIGRATION_JOB_LABEL.into(), migration_uid.into());
+        .insert(contract::labels::MIGRATION_JOB.into(), migration_uid.into());
     let away = NodeSelectorRequirement {
         key: "kubernetes.io/hostname".into(),
         operator: "NotIn".into(),
@@ -232,7 +231,7 @@ pub fn visible_pods(vmi: &VirtualMachineInstance, pods: Vec<Pod>) -> Vec<Pod> {
                 .metadata
                 .labels
                 .as_ref()
-                .and_then(|l| l.get(MIGRATION_JOB_LABEL).cloned());
+                .and_then(|l| l.get(contract::labels::MIGRATION_JOB).cloned());
             match job {
                 Some(job) if Some(&job) == current.as_ref() => {
                     completed && pod.metadata.name.is_some() && pod.metadata.name == target
@@ -263,7 +262,7 @@ mod tests {
     fn pod(name: &str, target: bool) -> Pod {
         let mut labels = BTreeMap::new();
         if target {
-            labels.insert(MIGRATION_JOB_LABEL.to_string(), "m".to_string());
+            labels.insert(contract::labels::MIGRATION_JOB.to_string(), "m".to_string());
         }
         let mut pod = Pod::default();
         pod.metadata.name = Some(name.into());
@@ -425,7 +424,7 @@ mod tests {
                 .labels
                 .as_ref()
                 .unwrap()
-                .get(MIGRATION_JOB_LABEL),
+                .get(contract::labels::MIGRATION_JOB),
             Some(&"mig-1".to_string())
         );
         let terms = pod
@@ -489,7 +488,7 @@ mod tests {
             .labels
             .as_mut()
             .unwrap()
-            .insert(MIGRATION_JOB_LABEL.into(), "m2".into());
+            .insert(contract::labels::MIGRATION_JOB.into(), "m2".into());
         let all = vec![pods[1].clone(), second];
         assert_eq!(names(visible_pods(&again, all)), ["target"]);
     }

@@ -11,6 +11,7 @@ use api::migration::{
 };
 use api::vmi::MigrationState;
 use api::{VirtualMachineInstance, VmiPhase};
+use contract::labels;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -22,9 +23,7 @@ use serde_json::json;
 use super::plan::{
     abort_status, cancel_step, over_limits, refresh_live_migratable, render_target_pod, Cancel,
 };
-use super::{FINALIZER, MIGRATION_JOB_LABEL, MIGRATION_TARGET_NODE_LABEL};
 use crate::context::Context;
-use crate::vmi::reconcile::NODE_LABEL;
 use crate::Error;
 
 const POLL: Duration = Duration::from_secs(1);
@@ -162,9 +161,13 @@ pub async fn reconcile(
     if phase.is_final() {
         return Ok(Action::await_change());
     }
-    if !migration.finalizers().iter().any(|f| f == FINALIZER) {
+    if !migration
+        .finalizers()
+        .iter()
+        .any(|f| f == contract::finalizers::MIGRATION)
+    {
         let mut finalizers = migration.finalizers().to_vec();
-        finalizers.push(FINALIZER.into());
+        finalizers.push(contract::finalizers::MIGRATION.into());
         patch_finalizers(&migrations, &migration, finalizers).await?;
         return Ok(Action::requeue(Duration::from_millis(100)));
     }
@@ -253,7 +256,7 @@ pub async fn reconcile(
         }
         // One target Pod per migration, also when an earlier pass created it and then failed.
         let existing = pods
-            .list(&ListParams::default().labels(&format!("{MIGRATION_JOB_LABEL}={uid}")))
+            .list(&ListParams::default().labels(&format!("{}={uid}", labels::MIGRATION_JOB)))
             .await?
             .items
             .into_iter()
@@ -269,7 +272,8 @@ pub async fn reconcile(
         // The source Pod: the VMI's live launcher Pod on the source node.
         let source_pod = pods
             .list(&ListParams::default().labels(&format!(
-                "kubevirt.io/created-by={}",
+                "{}={}",
+                labels::CREATED_BY,
                 vmi.uid().unwrap_or_default()
             )))
             .await?
@@ -380,7 +384,7 @@ pub async fn reconcile(
             });
             vmis.replace_status(&vmi_name, &PostParams::default(), &updated)
                 .await?;
-            let patch = json!({"metadata": {"labels": {NODE_LABEL: target, MIGRATION_TARGET_NODE_LABEL: null}}});
+            let patch = json!({"metadata": {"labels": {labels::NODE_NAME: target, labels::MIGRATION_TARGET_NODE: null}}});
             vmis.patch(&vmi_name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
         }
@@ -468,7 +472,7 @@ pub async fn reconcile(
         MigrationPhase::Scheduling if pod_node.is_some() => {
             let node = pod_node.clone().unwrap_or_default();
             patch_vmi_state(&vmis, &vmi, json!({"targetNode": node})).await?;
-            let patch = json!({"metadata": {"labels": {MIGRATION_TARGET_NODE_LABEL: node}}});
+            let patch = json!({"metadata": {"labels": {labels::MIGRATION_TARGET_NODE: node}}});
             vmis.patch(&vmi_name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
             state.target_node = pod_node.clone();
@@ -548,7 +552,7 @@ async fn release(
     let finalizers: Vec<String> = migration
         .finalizers()
         .iter()
-        .filter(|f| *f != FINALIZER)
+        .filter(|f| *f != contract::finalizers::MIGRATION)
         .cloned()
         .collect();
     if finalizers.len() != migration.finalizers().len() {
@@ -611,7 +615,7 @@ async fn delete_other_target_pods(
     keep: Option<&str>,
 ) -> Result<(), Error> {
     let list = pods
-        .list(&ListParams::default().labels(&format!("{MIGRATION_JOB_LABEL}={uid}")))
+        .list(&ListParams::default().labels(&format!("{}={uid}", labels::MIGRATION_JOB)))
         .await?;
     for pod in list.items {
         let name = pod.name_any();
@@ -631,8 +635,8 @@ async fn remove_target_label(
     vmis: &Api<VirtualMachineInstance>,
     vmi: &VirtualMachineInstance,
 ) -> Result<(), Error> {
-    if vmi.labels().contains_key(MIGRATION_TARGET_NODE_LABEL) {
-        let patch = json!({"metadata": {"labels": {MIGRATION_TARGET_NODE_LABEL: null}}});
+    if vmi.labels().contains_key(labels::MIGRATION_TARGET_NODE) {
+        let patch = json!({"metadata": {"labels": {labels::MIGRATION_TARGET_NODE: null}}});
         vmis.patch(
             &vmi.name_any(),
             &PatchParams::default(),

@@ -53,8 +53,8 @@ fn labels_owner_and_scheduling_come_from_the_vmi() {
     assert_eq!(meta.namespace.as_deref(), Some("default"));
     let labels = meta.labels.as_ref().unwrap();
     assert_eq!(labels["app"], "demo");
-    assert_eq!(labels[APP_LABEL], "virt-launcher");
-    assert_eq!(labels[CREATED_BY_LABEL], "1234-abcd");
+    assert_eq!(labels[contract::labels::APP], "virt-launcher");
+    assert_eq!(labels[contract::labels::CREATED_BY], "1234-abcd");
     let owner = &meta.owner_references.as_ref().unwrap()[0];
     assert_eq!(
         (owner.kind.as_str(), owner.uid.as_str()),
@@ -64,7 +64,7 @@ fn labels_owner_and_scheduling_come_from_the_vmi() {
     let spec = pod.spec.as_ref().unwrap();
     let selector = spec.node_selector.as_ref().unwrap();
     assert_eq!(selector["disk"], "ssd");
-    assert_eq!(selector[SCHEDULABLE_LABEL], "true");
+    assert_eq!(selector[contract::labels::SCHEDULABLE], "true");
     assert_eq!(
         spec.tolerations.as_ref().unwrap()[0].key.as_deref(),
         Some("k")
@@ -82,10 +82,10 @@ fn resources_are_guest_memory_plus_overhead_and_device_plugins() {
     let memory: u64 = requests["memory"].0.parse().unwrap();
     let overhead = cfg.launcher_overhead_bytes + cfg.tcg_overhead_bytes + (128 << 20) / 512;
     assert_eq!(memory, (128 << 20) + overhead);
-    assert_eq!(requests[KVM_RESOURCE].0, "1");
-    assert_eq!(requests[TUN_RESOURCE].0, "1");
+    assert_eq!(requests[contract::resources::KVM].0, "1");
+    assert_eq!(requests[contract::resources::TUN].0, "1");
     let limits = resources.limits.as_ref().unwrap();
-    assert_eq!(limits[KVM_RESOURCE].0, "1");
+    assert_eq!(limits[contract::resources::KVM].0, "1");
 
     let emulation = ClusterConfig {
         use_emulation: true,
@@ -100,10 +100,10 @@ fn resources_are_guest_memory_plus_overhead_and_device_plugins() {
         .clone()
         .unwrap();
     assert!(
-        !requests.contains_key(KVM_RESOURCE),
+        !requests.contains_key(contract::resources::KVM),
         "no /dev/kvm under useEmulation"
     );
-    assert!(requests.contains_key(TUN_RESOURCE));
+    assert!(requests.contains_key(contract::resources::TUN));
 
     let kvm_only = ClusterConfig {
         assume_tcg_possible: false,
@@ -158,7 +158,10 @@ fn pvcs_and_sockets_are_mounted_where_the_launcher_looks() {
         at("/var/run/kubevirt-private/vmi-disks/data").as_deref(),
         Some("pvc-data")
     );
-    assert_eq!(at(LAUNCHER_SOCKET_DIR).as_deref(), Some("sockets"));
+    assert_eq!(
+        at(contract::layout::LAUNCHER_SOCKET_DIR).as_deref(),
+        Some("sockets")
+    );
     let volumes = pod.spec.as_ref().unwrap().volumes.clone().unwrap();
     let sockets = volumes.iter().find(|v| v.name == "sockets").unwrap();
     assert_eq!(

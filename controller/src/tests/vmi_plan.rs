@@ -4,7 +4,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 
-use crate::vmi::plan::{plan, VmiAction, FINALIZER};
+use crate::vmi::plan::{plan, VmiAction};
 
 fn now() -> Timestamp {
     "2026-11-29T12:00:00Z".parse().unwrap()
@@ -13,7 +13,7 @@ fn now() -> Timestamp {
 fn vmi(phase: Option<VmiPhase>) -> VirtualMachineInstance {
     let mut vmi: VirtualMachineInstance = serde_json::from_value(json!({
         "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-        "metadata": {"name": "v", "namespace": "default", "uid": "u1", "finalizers": [FINALIZER]},
+        "metadata": {"name": "v", "namespace": "default", "uid": "u1", "finalizers": [contract::finalizers::VMI]},
         "spec": {"domain": {"devices": {}, "memory": {"guest": "64Mi"}}}
     }))
     .unwrap();

@@ -261,7 +261,7 @@ pub fn vmi_for(vm: &VirtualMachine) -> Option<VirtualMachineInstance> {
     let name = vm.metadata.name.clone()?;
     let template_meta = vm.spec.template.metadata.clone().unwrap_or_default();
     let mut labels = template_meta.labels.unwrap_or_default();
-    labels.insert("vm.kubevirt.io/name".into(), name.clone());
+    labels.insert(contract::labels::VMI_NAME.into(), name.clone());
     let mut vmi = VirtualMachineInstance::new(&name, spec);
     vmi.metadata.namespace = vm.metadata.namespace.clone();
     vmi.metadata.labels = Some(labels);

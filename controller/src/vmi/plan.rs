@@ -13,9 +13,6 @@ use api::{VirtualMachineInstance, VirtualMachineInstanceStatus, VmiPhase};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 
-/// The finalizer that keeps a VMI until its launcher Pods are gone.
-pub const FINALIZER: &str = "kubevirt.io/virtualMachineControllerFinalize";
-
 /// What to do besides writing the status.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum VmiAction {
@@ -41,7 +38,7 @@ pub fn plan(vmi: &VirtualMachineInstance, pods: &[Pod], now: Timestamp) -> VmiPl
         .metadata
         .finalizers
         .as_ref()
-        .is_some_and(|f| f.iter().any(|f| f == FINALIZER));
+        .is_some_and(|f| f.iter().any(|f| f == contract::finalizers::VMI));
     let live_pods: Vec<&Pod> = pods
         .iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use api::{VirtualMachineInstance, VmiPhase};
+use contract::labels;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -11,15 +12,12 @@ use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use super::plan::{plan, set_condition, VmiAction, FINALIZER};
+use super::plan::{plan, set_condition, VmiAction};
 use crate::context::Context;
 use crate::migration::plan::refresh_live_migratable;
 use crate::migration::reconcile::pvc_access_modes;
-use crate::pod::{render_launcher_pod, CREATED_BY_LABEL};
+use crate::pod::render_launcher_pod;
 use crate::Error;
-
-/// Label with the node a VMI runs on; virt-handler selects its VMIs by it.
-pub const NODE_LABEL: &str = "kubevirt.io/nodeName";
 
 /// One pass over a VMI: read its Pods, plan, apply.
 pub async fn reconcile(
@@ -32,7 +30,7 @@ pub async fn reconcile(
     let uid = vmi.uid().ok_or(Error::NoUid)?;
     // A direct list, not a cache: a Pod created by the previous pass must be seen.
     let owned = pods
-        .list(&ListParams::default().labels(&format!("{CREATED_BY_LABEL}={uid}")))
+        .list(&ListParams::default().labels(&format!("{}={uid}", labels::CREATED_BY)))
         .await?
         .items;
     // While the VMI migrates its target Pod is not yet its launcher (nor, after, the source's).
@@ -80,9 +78,10 @@ pub async fn reconcile(
         .or(vmi.status.as_ref())
         .and_then(|s| s.node_name.clone());
     if let Some(node) = node {
-        if vmi.labels().get(NODE_LABEL) != Some(&node) && vmi.metadata.deletion_timestamp.is_none()
+        if vmi.labels().get(labels::NODE_NAME) != Some(&node)
+            && vmi.metadata.deletion_timestamp.is_none()
         {
-            let patch = json!({"metadata": {"labels": {NODE_LABEL: node}}});
+            let patch = json!({"metadata": {"labels": {labels::NODE_NAME: node}}});
             vmis.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
         }
@@ -91,14 +90,14 @@ pub async fn reconcile(
         VmiAction::Nothing => {}
         VmiAction::AddFinalizer => {
             let mut finalizers = vmi.finalizers().to_vec();
-            finalizers.push(FINALIZER.into());
+            finalizers.push(contract::finalizers::VMI.into());
             patch_finalizers(&vmis, &vmi, finalizers).await?;
         }
         VmiAction::RemoveFinalizer => {
             let finalizers = vmi
                 .finalizers()
                 .iter()
-                .filter(|f| *f != FINALIZER)
+                .filter(|f| *f != contract::finalizers::VMI)
                 .cloned()
                 .collect();
             patch_finalizers(&vmis, &vmi, finalizers).await?;

@@ -38,7 +38,7 @@ pub struct SharedDevice {
 
 /// `/dev/kvm`, for the KVM VMM.
 pub const KVM: SharedDevice = SharedDevice {
-    resource: "devices.kubevirt.io/kvm",
+    resource: contract::resources::KVM,
     socket: "ferrovirt-kvm.sock",
     path: "/dev/kvm",
     count: 1000,
@@ -46,13 +46,11 @@ pub const KVM: SharedDevice = SharedDevice {
 
 /// `/dev/net/tun`, for the VM's tap device.
 pub const TUN: SharedDevice = SharedDevice {
-    resource: "devices.kubevirt.io/tun",
+    resource: contract::resources::TUN,
     socket: "ferrovirt-tun.sock",
     path: "/dev/net/tun",
     count: 1000,
 };
 
-/// The kubelet's device-plugin directory.
-pub const DEVICE_PLUGIN_DIR: &str = "/var/lib/kubelet/device-plugins";
 /// The API version the plugins register with.
 pub const API_VERSION: &str = "v1beta1";

@@ -201,7 +201,7 @@ async fn serve_once(
 
 async fn register(device: SharedDevice, dir: &Path) -> Result<(), PluginError> {
     let channel =
-        launcher::proto::unix_channel(&dir.join("kubelet.sock")).map_err(PluginError::Connect)?;
+        contract::client::unix_channel(&dir.join("kubelet.sock")).map_err(PluginError::Connect)?;
     let mut client = RegistrationClient::new(channel);
     client
         .register(RegisterRequest {

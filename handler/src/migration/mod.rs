@@ -31,12 +31,7 @@ pub mod reconcile;
 pub mod tls;
 pub mod watchdog;
 
-use launcher::proto::v1::{Domain, MigrationStatus};
-
-/// Socket, in the source launcher's socket directory, on which the handler takes the stream.
-pub const SOURCE_SOCKET: &str = "migration-source-sock";
-/// Socket, in the target launcher's socket directory, on which QEMU receives the stream.
-pub const TARGET_SOCKET: &str = "migration-target-sock";
+use contract::proto::v1::{Domain, MigrationStatus};
 
 /// Whether `domain` is a source whose VM has moved to the target (its state is not the VMI's).
 pub fn migrated_away(domain: &Domain) -> bool {
@@ -48,7 +43,7 @@ pub fn migrated_away(domain: &Domain) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use launcher::proto::v1::MigrationInfo;
+    use contract::proto::v1::MigrationInfo;
 
     use super::*;
 

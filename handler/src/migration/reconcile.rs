@@ -9,6 +9,13 @@ use std::time::Duration;
 
 use api::kubevirt::MigrationConfiguration;
 use api::{KubeVirt, VirtualMachineInstance};
+use contract::client::launcher_client;
+use contract::layout::in_launcher_socket_dir;
+use contract::proto::v1::launcher_client::LauncherClient;
+use contract::proto::v1::{
+    GetDomainRequest, MigrateRequest, MigrationStatus, SyncOptions, SyncVmiRequest, VmiRequest,
+};
+use contract::sockets::{LAUNCHER_SOCKET, MIGRATION_SOURCE_SOCKET, MIGRATION_TARGET_SOCKET};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -19,16 +26,11 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
-use launcher::proto::v1::{
-    GetDomainRequest, MigrateRequest, MigrationStatus, SyncOptions, SyncVmiRequest, VmiRequest,
-};
 use serde_json::json;
 
 use super::proxy;
 use super::tls::{cert_dir, MigrationTls};
 use super::watchdog::Watchdog;
-use super::{SOURCE_SOCKET, TARGET_SOCKET};
-use crate::vmi::reconcile::{LAUNCHER_SOCKET, LAUNCHER_SOCKET_DIR};
 
 /// How long one launcher call may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(60);
@@ -299,7 +301,7 @@ async fn prepare_target(
     }
     let tls = MigrationTls::load(&cert_dir())
         .map_err(|e| Some(format!("migration TLS: {}", chain(&e))))?;
-    let mut client = launcher::proto::launcher_client(&socket).map_err(|e| Some(e.to_string()))?;
+    let mut client = launcher_client(&socket).map_err(|e| Some(e.to_string()))?;
     let existing = call(client.get_domain(GetDomainRequest {}))
         .await
         .map_err(Some)?;
@@ -325,7 +327,7 @@ async fn prepare_target(
     let ip = own_pod_ip(&ctx.client)
         .await
         .ok_or_else(|| Some("this handler does not know its Pod IP".to_string()))?;
-    let target_socket = dir.join(TARGET_SOCKET);
+    let target_socket = dir.join(MIGRATION_TARGET_SOCKET);
     let name = vmi.name_any();
     let task = tokio::spawn(async move {
         match proxy::listen_target(listener, Arc::new(tls), target_socket).await {
@@ -373,17 +375,16 @@ async fn start_source(
     let tls =
         MigrationTls::load(&cert_dir()).map_err(|e| format!("migration TLS: {}", chain(&e)))?;
     let dir = ctx.socket_root.join(&uid);
-    let relay_path = dir.join(SOURCE_SOCKET);
+    let relay_path = dir.join(MIGRATION_SOURCE_SOCKET);
     let _ = std::fs::remove_file(&relay_path);
     let listener = tokio::net::UnixListener::bind(&relay_path)
         .map_err(|e| format!("cannot listen on {}: {e}", relay_path.display()))?;
     let relay = tokio::spawn(proxy::relay_source(listener, Arc::new(tls), target));
-    let mut client =
-        launcher::proto::launcher_client(&dir.join(LAUNCHER_SOCKET)).map_err(|e| e.to_string())?;
+    let mut client = launcher_client(&dir.join(LAUNCHER_SOCKET)).map_err(|e| e.to_string())?;
     let config = ctx.migration_config();
     let request = MigrateRequest {
         vmi: uid.clone(),
-        socket: format!("{LAUNCHER_SOCKET_DIR}/{SOURCE_SOCKET}"),
+        socket: in_launcher_socket_dir(MIGRATION_SOURCE_SOCKET),
         bandwidth_bytes_per_second: config.bandwidth_bytes_per_second(),
         max_downtime_ms: config.max_downtime_ms(),
     };
@@ -413,7 +414,7 @@ async fn start_source(
 async fn adopt_source(ctx: &Arc<MigrationContext>, vmi: &Arc<VirtualMachineInstance>, key: String) {
     let Some(uid) = vmi.uid() else { return };
     let socket = ctx.socket_root.join(&uid).join(LAUNCHER_SOCKET);
-    let client = match launcher::proto::launcher_client(&socket) {
+    let client = match launcher_client(&socket) {
         Ok(client) => client,
         Err(e) => {
             log::warn!("{}: cannot reach the source launcher: {e}", vmi.name_any());
@@ -432,7 +433,7 @@ async fn adopt_source(ctx: &Arc<MigrationContext>, vmi: &Arc<VirtualMachineInsta
 async fn follow_source(
     ctx: &MigrationContext,
     vmi: &VirtualMachineInstance,
-    mut client: launcher::proto::v1::launcher_client::LauncherClient<tonic::transport::Channel>,
+    mut client: LauncherClient<tonic::transport::Channel>,
     relay: Option<tokio::task::JoinHandle<Result<proxy::Copied, proxy::ProxyError>>>,
     mut watchdog: Watchdog,
 ) {
@@ -520,7 +521,7 @@ async fn follow_source(
 async fn cancel(ctx: &MigrationContext, vmi: &VirtualMachineInstance) {
     let Some(uid) = vmi.uid() else { return };
     let socket = ctx.socket_root.join(&uid).join(LAUNCHER_SOCKET);
-    if let Ok(mut client) = launcher::proto::launcher_client(&socket) {
+    if let Ok(mut client) = launcher_client(&socket) {
         match call(client.cancel_migration(VmiRequest { vmi: uid })).await {
             Ok(_) => log::info!("{}: migration cancelled", vmi.name_any()),
             Err(e) => log::debug!("{}: cancel: {e}", vmi.name_any()),

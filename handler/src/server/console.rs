@@ -3,6 +3,7 @@
 //! input; several clients may be connected) are copied into each other until either closes.
 
 use bytes::Bytes;
+use contract::sockets::CONSOLE_SOCKET;
 use http::{header, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -10,9 +11,6 @@ use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
 
 use super::{text, ServerConfig, CONSOLE_UPGRADE};
-
-/// Name of the console socket in a VMI's socket directory.
-pub const CONSOLE_SOCKET: &str = "console-sock";
 
 fn asks_for_console_upgrade(request: &Request<Incoming>) -> bool {
     request

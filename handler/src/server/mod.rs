@@ -144,7 +144,7 @@ async fn handle(config: &ServerConfig, request: Request<Incoming>) -> Response<F
             let socket = config
                 .socket_root
                 .join(&uid)
-                .join(crate::vmi::reconcile::LAUNCHER_SOCKET);
+                .join(contract::sockets::LAUNCHER_SOCKET);
             match routes::call_launcher(&socket, &uid, action).await {
                 Ok(()) => text(StatusCode::OK, ""),
                 Err((code, message)) => text(code, message),

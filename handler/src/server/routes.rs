@@ -3,8 +3,8 @@
 use std::path::Path;
 use std::time::Duration;
 
+use contract::proto::v1::VmiRequest;
 use http::{Method, StatusCode};
-use launcher::proto::v1::VmiRequest;
 
 /// A launcher call the server makes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,7 +63,7 @@ pub async fn call_launcher(
             format!("no launcher for VMI {uid} on this node"),
         ));
     }
-    let mut client = launcher::proto::launcher_client(socket).map_err(|e| {
+    let mut client = contract::client::launcher_client(socket).map_err(|e| {
         (
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("launcher socket: {e}"),

@@ -215,9 +215,12 @@ async fn console_is_relayed_to_the_console_socket() {
     let root = tempfile::tempdir().unwrap();
     let uid = "0b7e2d2c-1111-4000-8000-000000000001";
     std::fs::create_dir_all(root.path().join(uid)).unwrap();
-    let listener =
-        tokio::net::UnixListener::bind(root.path().join(uid).join(console::CONSOLE_SOCKET))
-            .unwrap();
+    let listener = tokio::net::UnixListener::bind(
+        root.path()
+            .join(uid)
+            .join(contract::sockets::CONSOLE_SOCKET),
+    )
+    .unwrap();
     let pki = pki();
     let address = start(root.path(), &pki).await;
 

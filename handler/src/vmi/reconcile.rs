@@ -11,25 +11,24 @@ use std::time::Duration;
 
 use api::condition::Condition;
 use api::{KubeVirt, VirtualMachineInstance, VmiPhase};
+use contract::client::launcher_client;
+use contract::labels;
+use contract::layout::in_launcher_socket_dir;
+use contract::proto::v1::{
+    GetDomainRequest, InfoRequest, ShutdownRequest, SyncOptions, SyncVmiRequest,
+};
+use contract::sockets::{LAUNCHER_SOCKET, NOTIFY_SOCKET};
+use contract::version::negotiate;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, ResourceExt};
-use launcher::proto::v1::{
-    GetDomainRequest, InfoRequest, ShutdownRequest, SyncOptions, SyncVmiRequest,
-};
 
 use super::status::{status_from_domain, Observed};
-use crate::notify::{NotifyServers, NOTIFY_SOCKET};
+use crate::notify::NotifyServers;
 
-/// File name of the launcher's gRPC socket in a VMI's socket directory.
-pub const LAUNCHER_SOCKET: &str = "launcher-sock";
-/// Where the launcher sees its socket directory (inside the Pod).
-pub const LAUNCHER_SOCKET_DIR: &str = "/var/run/kubevirt/sockets";
-/// Label virt-controller puts on a VMI once it is scheduled.
-pub const NODE_LABEL: &str = "kubevirt.io/nodeName";
 /// How long one call to a launcher may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -99,7 +98,7 @@ pub async fn reconcile(
 
     if vmi.metadata.deletion_timestamp.is_some() {
         if socket.exists() {
-            if let Ok(mut client) = launcher::proto::launcher_client(&socket) {
+            if let Ok(mut client) = launcher_client(&socket) {
                 let grace = vmi.spec.termination_grace_period_seconds;
                 let request = ShutdownRequest {
                     vmi: uid.clone(),
@@ -122,11 +121,10 @@ pub async fn reconcile(
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
 
-    let mut client = launcher::proto::launcher_client(&socket)?;
+    let mut client = launcher_client(&socket)?;
     let info = call(client.info(InfoRequest {})).await?;
-    if !info.supported_versions.iter().any(|v| v == "v1") {
-        return Err(SyncError::Version(info.supported_versions));
-    }
+    // Every call below is launcher.v1's; a launcher that no longer speaks it is left alone.
+    negotiate(&info.supported_versions).map_err(|e| SyncError::Version(e.offered))?;
     ctx.notify
         .ensure(&dir, ObjectRef::from_obj(vmi.as_ref()))
         .map_err(SyncError::Notify)?;
@@ -139,7 +137,7 @@ pub async fn reconcile(
                 .map_err(|e| tonic::Status::internal(e.to_string()))?,
             options: Some(SyncOptions {
                 use_emulation: ctx.use_emulation(),
-                notify_socket: format!("{LAUNCHER_SOCKET_DIR}/{NOTIFY_SOCKET}"),
+                notify_socket: in_launcher_socket_dir(NOTIFY_SOCKET),
             }),
         };
         match call(client.sync_vmi(request)).await {
@@ -175,7 +173,7 @@ pub async fn reconcile(
 
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
     let pod_ip = pods
-        .list(&ListParams::default().labels(&format!("kubevirt.io/created-by={uid}")))
+        .list(&ListParams::default().labels(&format!("{}={uid}", labels::CREATED_BY)))
         .await?
         .items
         .into_iter()

@@ -8,8 +8,8 @@
 use api::condition::Condition;
 use api::vmi::{set_condition, set_phase, VmiNetworkInterface};
 use api::{VirtualMachineInstance, VirtualMachineInstanceStatus, VmiPhase};
+use contract::proto::v1::{Backend, Domain, DomainState};
 use k8s_openapi::jiff::Timestamp;
-use launcher::proto::v1::{Backend, Domain, DomainState};
 
 /// What the handler knows besides the domain.
 #[derive(Clone, Debug, Default)]

@@ -175,7 +175,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let serial = dir.join("serial.sock");
         let vmm_side = UnixListener::bind(&serial).unwrap();
-        let relay = ConsoleRelay::start(&dir.join("console-sock")).unwrap();
+        let relay = ConsoleRelay::start(&dir.join(contract::sockets::CONSOLE_SOCKET)).unwrap();
         relay.attach(&serial, Duration::from_secs(5)).unwrap();
         let (mut guest, _) = vmm_side.accept().unwrap();
         guest.write_all(b"early boot\n").unwrap();
@@ -185,7 +185,7 @@ mod tests {
             assert!(Instant::now() < deadline, "backlog never filled");
             thread::sleep(Duration::from_millis(5));
         }
-        let mut client = UnixStream::connect(dir.join("console-sock")).unwrap();
+        let mut client = UnixStream::connect(dir.join(contract::sockets::CONSOLE_SOCKET)).unwrap();
         client
             .set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();

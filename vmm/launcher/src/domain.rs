@@ -3,8 +3,9 @@
 
 use std::time::Instant;
 
+use contract::proto::v1;
+
 use crate::backend::{BackendChoice, BackendKind, VmmStats};
-use crate::proto::v1;
 
 /// States of a domain, as KubeVirt's launcher reports them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

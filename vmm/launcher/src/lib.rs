@@ -9,13 +9,17 @@
 //! 5. choose the backend, in-process KVM or QEMU TCG ([`backend::choose`]), and boot;
 //! 6. relay the serial console to `console-sock` ([`console`]) and push every domain state
 //!    change to the handler's notify socket ([`server::notify`]).
+//!
+//! What it shares with virt-handler and virt-controller (the `launcher.v1` API, the socket
+//! names, the directories, the limits) is the `contract` crate.
 #![forbid(unsafe_code)]
 
 pub mod backend;
 pub mod console;
+#[cfg(test)]
+mod contract_tests;
 pub mod converter;
 pub mod domain;
 pub mod network;
-pub mod proto;
 pub mod server;
 pub mod volumes;

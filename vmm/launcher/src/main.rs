@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
+use contract::layout;
 use launcher::backend::BackendKind;
 use launcher::server::launcher::Settings;
 
@@ -20,22 +21,22 @@ enum BackendFlag {
 #[command(version)]
 struct Flags {
     /// Directory shared with virt-handler: launcher-sock and console-sock.
-    #[arg(long, default_value = "/var/run/kubevirt/sockets")]
+    #[arg(long, default_value = layout::LAUNCHER_SOCKET_DIR)]
     socket_dir: PathBuf,
     /// Private directory for the VMM's own sockets (QMP, serial).
     #[arg(long, default_value = "/var/run/ferrovirt")]
     run_dir: PathBuf,
     /// Where containerDisk volume NAME is mounted: DIR/NAME/.
-    #[arg(long, default_value = "/var/run/kubevirt/container-disks")]
+    #[arg(long, default_value = layout::CONTAINER_DISK_DIR)]
     container_disk_dir: PathBuf,
     /// Where the kernelBoot container image is mounted.
-    #[arg(long, default_value = "/var/run/kubevirt/kernel-boot")]
+    #[arg(long, default_value = layout::KERNEL_BOOT_DIR)]
     kernel_boot_dir: PathBuf,
     /// Where persistentVolumeClaim volume NAME is mounted: DIR/NAME/disk.img.
-    #[arg(long, default_value = "/var/run/kubevirt-private/vmi-disks")]
+    #[arg(long, default_value = layout::PVC_DISK_DIR)]
     pvc_dir: PathBuf,
     /// Where the launcher writes containerDisk copies, emptyDisks and cloud-init seeds.
-    #[arg(long, default_value = "/var/run/kubevirt-ephemeral-disks")]
+    #[arg(long, default_value = layout::EPHEMERAL_DISK_DIR)]
     disk_dir: PathBuf,
     /// The guest kernel booted when the VMI has no kernelBoot.
     #[arg(long, default_value = "/usr/share/ferrovirt/vmlinux")]

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::*;
-use launcher::proto::v1;
+use contract::proto::v1;
 use serde_json::json;
 use tonic::Code;
 

@@ -16,7 +16,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
-use launcher::proto::v1;
+use contract::proto::v1;
 use v1::DomainState;
 
 const MIB: u64 = 1 << 20;

@@ -10,7 +10,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use launcher::proto::v1;
+use contract::proto::v1;
 use v1::DomainState;
 
 /// The highest `COUNT xxxxxxxx` value on the console.

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::*;
-use launcher::proto::v1;
+use contract::proto::v1;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use v1::{DomainState, MigrationStatus};
 
@@ -215,7 +215,9 @@ async fn migrates_the_memtest_guest_with_its_disk() {
     let relay_socket = source_dirs.sockets().join("migration-out");
     relay(
         &relay_socket,
-        target_dirs.sockets().join("migration-target-sock"),
+        target_dirs
+            .sockets()
+            .join(contract::sockets::MIGRATION_TARGET_SOCKET),
         None,
     );
     let mut source_client = client(&source_dirs).await;
@@ -302,7 +304,9 @@ async fn killed_target_and_cancel_leave_the_guest_running_on_the_source() {
     // Slow enough (the first pass is several MiB) that the kill lands mid-stream.
     relay(
         &relay_socket,
-        target_dirs.sockets().join("migration-target-sock"),
+        target_dirs
+            .sockets()
+            .join(contract::sockets::MIGRATION_TARGET_SOCKET),
         Some(1 << 20),
     );
     let mut source_client = client(&source_dirs).await;
@@ -343,7 +347,9 @@ async fn killed_target_and_cancel_leave_the_guest_running_on_the_source() {
     let relay_socket = source_dirs.sockets().join("migration-out-2");
     relay(
         &relay_socket,
-        target_dirs.sockets().join("migration-target-sock"),
+        target_dirs
+            .sockets()
+            .join(contract::sockets::MIGRATION_TARGET_SOCKET),
         Some(1 << 20),
     );
     migrate(&mut source_client, &source, &relay_socket).await;

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
-use launcher::proto::v1;
+use contract::proto::v1;
 
 const POD_IP: &str = "10.99.0.1";
 const CLIENT_IP: &str = "10.99.0.2";

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::*;
-use launcher::proto::v1;
+use contract::proto::v1;
 use v1::DomainState;
 
 const USER_DATA_LINE: &str = "printed from cloud-init userdata";

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::*;
-use launcher::proto::v1;
+use contract::proto::v1;
 use v1::{DomainState, MigrationStatus};
 
 const DISK_MARKER: &str = "ferrovirt-emptydisk-marker-5c1e";
@@ -197,7 +197,9 @@ async fn migrates_a_running_guest_with_its_disks() {
     let relay_socket = source_dirs.sockets().join("migration-out");
     let relayed = relay(
         &relay_socket,
-        target_dirs.sockets().join("migration-target-sock"),
+        target_dirs
+            .sockets()
+            .join(contract::sockets::MIGRATION_TARGET_SOCKET),
     );
     let before = counts(&source_console.text());
     let last_before = before.last().cloned().expect("counts before");
@@ -294,7 +296,12 @@ async fn migrates_a_running_guest_with_its_disks() {
     prepare_target(&third_dirs, &third, &vmi).await;
     let third_console = ConsoleReader::connect(&third_dirs);
     let onward = target_dirs.sockets().join("migration-out");
-    let relayed = relay(&onward, third_dirs.sockets().join("migration-target-sock"));
+    let relayed = relay(
+        &onward,
+        third_dirs
+            .sockets()
+            .join(contract::sockets::MIGRATION_TARGET_SOCKET),
+    );
     let last_on_target = counts(&target_console.text())
         .last()
         .cloned()
@@ -339,7 +346,9 @@ async fn killed_target_leaves_the_guest_running_on_the_source() {
     let relay_socket = source_dirs.sockets().join("migration-out");
     let _relayed = relay(
         &relay_socket,
-        target_dirs.sockets().join("migration-target-sock"),
+        target_dirs
+            .sockets()
+            .join(contract::sockets::MIGRATION_TARGET_SOCKET),
     );
     let mut source_client = client(&source_dirs).await;
     source_client

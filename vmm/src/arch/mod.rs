@@ -53,6 +53,10 @@ pub const VIRTIO_MMIO_SIZE: u64 = 0x1000;
 pub const VIRTIO_FIRST_IRQ: u32 = 5;
 /// Last GSI the IOAPIC has.
 pub const LAST_IRQ: u32 = 23;
+/// Most virtio devices a VM can have: one virtio-mmio window and one IOAPIC pin each, GSI
+/// [`VIRTIO_FIRST_IRQ`] to [`LAST_IRQ`] (the builder refuses the next one). `contract::limits`
+/// admits no more than this.
+pub const MAX_VIRTIO_DEVICES: usize = (LAST_IRQ - VIRTIO_FIRST_IRQ + 1) as usize;
 
 /// The guest RAM ranges for `size` bytes: below the MMIO gap, then above 4 GiB.
 pub fn ram_ranges(size: u64) -> Vec<(u64, u64)> {

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 /// Facts about the launcher Pod and its node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostFacts {
-    /// Whether `/dev/kvm` can run a standard guest (see `vmm::capability`).
+    /// Whether `/dev/kvm` can run a standard guest (see `contract::capability`).
     pub kvm_usable: bool,
     /// Where the Pod mounts containerDisk volumes: volume `NAME` is at `<dir>/NAME/`.
     pub container_disk_dir: PathBuf,
@@ -54,14 +54,14 @@ impl HostFacts {
 pub(crate) fn test_facts() -> HostFacts {
     HostFacts {
         kvm_usable: false,
-        container_disk_dir: "/var/run/kubevirt/container-disks".into(),
-        kernel_boot_dir: "/var/run/kubevirt/kernel-boot".into(),
-        pvc_dir: "/var/run/kubevirt-private/vmi-disks".into(),
-        generated_disk_dir: "/var/run/kubevirt-ephemeral-disks".into(),
+        container_disk_dir: contract::layout::CONTAINER_DISK_DIR.into(),
+        kernel_boot_dir: contract::layout::KERNEL_BOOT_DIR.into(),
+        pvc_dir: contract::layout::PVC_DISK_DIR.into(),
+        generated_disk_dir: contract::layout::EPHEMERAL_DISK_DIR.into(),
         default_kernel: "/usr/share/ferrovirt/vmlinux".into(),
         default_initramfs: Some("/usr/share/ferrovirt/initramfs.cpio.gz".into()),
         tap_device: "tap0".into(),
-        socket_dir: "/var/run/kubevirt/sockets".into(),
+        socket_dir: contract::layout::LAUNCHER_SOCKET_DIR.into(),
         run_dir: "/var/run/ferrovirt".into(),
     }
 }

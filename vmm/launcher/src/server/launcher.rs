@@ -13,6 +13,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use api::VirtualMachineInstance;
+use contract::proto::v1;
+use contract::sockets::{check_socket_path, CONSOLE_SOCKET, MIGRATION_TARGET_SOCKET};
 use vmm::capability::KvmCapability;
 use vmm::config::{ConsoleConfig, VmConfig};
 
@@ -28,15 +30,7 @@ use crate::console::ConsoleRelay;
 use crate::converter::{self, HostFacts};
 use crate::domain::{DomainInfo, DomainState, VmiRef};
 use crate::network::{self, PodNetwork};
-use crate::proto::{check_socket_path, v1};
 use crate::volumes;
-
-/// Name of the console socket in the socket directory.
-pub const CONSOLE_SOCKET: &str = "console-sock";
-/// Name of the gRPC socket in the socket directory.
-pub const LAUNCHER_SOCKET: &str = "launcher-sock";
-/// Name of the socket, in the socket directory, where a migration target receives the stream.
-pub const MIGRATION_TARGET_SOCKET: &str = "migration-target-sock";
 
 /// How long the console relay waits for the VMM's serial socket.
 const CONSOLE_ATTACH_TIMEOUT: Duration = Duration::from_secs(10);

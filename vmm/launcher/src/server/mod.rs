@@ -14,13 +14,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use contract::proto::v1;
+use contract::sockets::{check_socket_path, CONSOLE_SOCKET, LAUNCHER_SOCKET};
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Response, Status};
 
 use crate::console::ConsoleRelay;
-use crate::proto::{check_socket_path, v1, SUPPORTED_VERSIONS};
-use launcher::{Launcher, Settings, CONSOLE_SOCKET, LAUNCHER_SOCKET};
+use launcher::{Launcher, Settings};
 
 /// How often the monitor polls the VM.
 pub const MONITOR_INTERVAL: Duration = Duration::from_millis(250);
@@ -89,10 +90,9 @@ impl v1::launcher_server::Launcher for LauncherService {
         &self,
         _: Request<v1::InfoRequest>,
     ) -> Result<Response<v1::InfoResponse>, Status> {
-        Ok(Response::new(v1::InfoResponse {
-            supported_versions: SUPPORTED_VERSIONS.iter().map(|v| v.to_string()).collect(),
-            launcher_version: env!("CARGO_PKG_VERSION").to_string(),
-        }))
+        Ok(Response::new(contract::proto::info_response(env!(
+            "CARGO_PKG_VERSION"
+        ))))
     }
 
     async fn sync_vmi(

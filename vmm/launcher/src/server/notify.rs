@@ -6,9 +6,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use contract::client::notify_client;
+use contract::proto::v1;
 use tokio::sync::mpsc;
-
-use crate::proto::{unix_channel, v1};
 
 /// Deadline of one notification.
 const NOTIFY_TIMEOUT: Duration = Duration::from_secs(3);
@@ -42,8 +42,7 @@ impl Notifier {
 async fn deliver(socket: &std::path::Path, domain: v1::Domain) {
     let state = domain.state;
     let result = tokio::time::timeout(NOTIFY_TIMEOUT, async {
-        let channel = unix_channel(socket).map_err(|e| e.to_string())?;
-        let mut client = v1::notify_client::NotifyClient::new(channel);
+        let mut client = notify_client(socket).map_err(|e| e.to_string())?;
         client
             .domain_event(v1::DomainEventRequest {
                 domain: Some(domain),

@@ -14,7 +14,6 @@ use std::path::PathBuf;
 
 use api::volume::Volume;
 use api::VirtualMachineInstance;
-use base64::Engine;
 
 use crate::converter::{FieldProblem, HostFacts};
 
@@ -90,15 +89,10 @@ pub fn plan_volume(
     if let Some(ci) = &volume.cloud_init_no_cloud {
         let decode = |field: &str, text: &Option<String>, b64: &Option<String>| match (text, b64) {
             (Some(t), _) => Ok(Some(t.as_bytes().to_vec())),
-            (None, Some(b)) => base64::engine::general_purpose::STANDARD
-                .decode(b.trim())
-                .map(Some)
-                .map_err(|e| {
-                    FieldProblem::new(
-                        format!("{path}.cloudInitNoCloud.{field}"),
-                        format!("is not base64: {e}"),
-                    )
-                }),
+            // virt-api's validation has accepted exactly what this decodes.
+            (None, Some(b)) => contract::base64::decode(b).map(Some).map_err(|e| {
+                FieldProblem::new(format!("{path}.cloudInitNoCloud.{field}"), e.to_string())
+            }),
             (None, None) => Ok(None),
         };
         let user_data = decode("userDataBase64", &ci.user_data, &ci.user_data_base64)?;
@@ -149,6 +143,7 @@ mod tests {
         CloudInitNoCloudSource, ContainerDiskSource, DataVolumeSource, EmptyDiskSource,
         PersistentVolumeClaimVolumeSource,
     };
+    use base64::Engine;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     use super::*;

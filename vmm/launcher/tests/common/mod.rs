@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use contract::proto::v1;
 use guest_images::artifacts::{Artifacts, BUILD_COMMAND};
-use launcher::proto::v1;
 use tokio::sync::mpsc;
 use tonic::transport::Channel;
 
@@ -158,7 +158,7 @@ impl LauncherProcess {
         }
         let child = command.spawn().expect("spawn virt-launcher");
         let mut process = LauncherProcess { child, log };
-        let socket = dirs.sockets().join("launcher-sock");
+        let socket = dirs.sockets().join(contract::sockets::LAUNCHER_SOCKET);
         let deadline = Instant::now() + Duration::from_secs(30);
         while !socket.exists() {
             if let Ok(Some(status)) = process.child.try_wait() {
@@ -194,7 +194,7 @@ impl Drop for LauncherProcess {
 }
 
 pub async fn client(dirs: &TestDirs) -> v1::launcher_client::LauncherClient<Channel> {
-    launcher::proto::launcher_client(&dirs.sockets().join("launcher-sock"))
+    contract::client::launcher_client(&dirs.sockets().join(contract::sockets::LAUNCHER_SOCKET))
         .expect("launcher client")
 }
 
@@ -245,7 +245,8 @@ pub struct ConsoleReader {
 impl ConsoleReader {
     pub fn connect(dirs: &TestDirs) -> ConsoleReader {
         let mut stream =
-            UnixStream::connect(dirs.sockets().join("console-sock")).expect("connect console-sock");
+            UnixStream::connect(dirs.sockets().join(contract::sockets::CONSOLE_SOCKET))
+                .expect("connect console-sock");
         let text = Arc::new(Mutex::new(String::new()));
         let sink = Arc::clone(&text);
         std::thread::spawn(move || {

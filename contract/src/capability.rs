@@ -2,8 +2,12 @@
 //!
 //! `/dev/kvm` can exist without hardware virtualization: PVM (module `kvm_pvm`) runs guest user
 //! mode natively but interprets guest kernel mode in KVM's instruction emulator, so a stock Linux
-//! kernel never boots on it. The launcher uses [`probe`] to choose the QEMU TCG fallback.
-//! Only the project's own test guests, which spend almost no time in kernel mode, run there.
+//! kernel never boots on it. The launcher uses [`probe`] to choose the QEMU TCG fallback, and
+//! virt-handler labels its node with it (`ferrovirt.io/kvm`). Only the project's own test
+//! guests, which spend almost no time in kernel mode, run there.
+//!
+//! It lives in the contract so that the handler probes its node without linking the VMM; the
+//! `vmm` crate re-exports it as `vmm::capability`.
 
 use std::path::Path;
 
@@ -44,7 +48,12 @@ impl KvmCapability {
     fn and_then_open(self) -> KvmCapability {
         match self {
             KvmCapability::Unavailable(_) => self,
-            _ => match kvm_ioctls::Kvm::new() {
+            // What `kvm_ioctls::Kvm::new` does: open `/dev/kvm` read-write (close-on-exec).
+            _ => match std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open("/dev/kvm")
+            {
                 Ok(_) => self,
                 Err(e) => KvmCapability::Unavailable(format!("cannot open /dev/kvm: {e}")),
             },
