@@ -3,7 +3,8 @@
 #   1. the Debian packages and the guest images (cached under /var/cache/ferrovirt);
 #   2. the KVM test guests on QEMU TCG, then format and lint checks;
 #   2b. the nested-KVM tier: real Linux guests on the VMM inside an L1 VM with nested SVM
-#      (hack/kvm-host.sh; vmm/tests/nested.rs, the `nested` feature);
+#      (hack/kvm-host.sh; vmm/tests/nested.rs and vmm/launcher/tests/nested_launcher.rs, the
+#      `nested` feature of both packages);
 #   3. the local cluster with Ferrovirt installed, a worker node for migration and a VM running
 #      (hack/up.sh);
 #   4. cargo test for the whole workspace: unit, integration and end-to-end tests, but for the
@@ -68,8 +69,12 @@ step "test guests on QEMU TCG (independent of Ferrovirt's VMM)" \
   guest-images/test-guests/run-qemu.sh /var/cache/ferrovirt/guest-images/current/test-guests
 step "cargo fmt --check" cargo fmt --all -- --check
 step "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
-step "nested-KVM tier: Linux on the VMM in an L1 with real KVM (vmm/tests/nested.rs)" \
-  cargo test -p vmm --features nested --test nested --locked -- --nocapture
+nested_tier() {
+  cargo test -p vmm --features nested --test nested --locked -- --nocapture &&
+    cargo test -p launcher --features nested --test nested_launcher --locked -- --nocapture
+}
+step "nested-KVM tier: Linux on the VMM and the launcher's KVM backend in an L1 with real KVM" \
+  nested_tier
 setup "local cluster with Ferrovirt and a worker node" hack/up.sh
 step "cargo test" cargo_tests
 step "virt-operator: install, keep in shape, uninstall, reinstall, configuration, certificate rotation, upgrade (alone)" \
