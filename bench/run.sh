@@ -18,7 +18,7 @@
 #   NESTED_RUNS=5   runs of the nested boot benchmark
 #   SKIP="vmm boot overhead cluster density nested" parts to leave out
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/ferrovirt/cargo-target}
 export KUBECONFIG=${KUBECONFIG:-/var/lib/ferrovirt-cluster/kubeconfig/admin.kubeconfig}
 # KubeVirt's suite uses 100. Each launcher Pod requests 100m CPU per vCPU (KubeVirt's

@@ -12,6 +12,7 @@ packages=(
   busybox-static        # the launcher's network test (nc in the client namespace)
   socat util-linux      # the end-to-end tests read consoles from the nodes
   openssl curl          # TLS tests: certificates for virt-api and virt-handler, mutual TLS checks
+  shellcheck            # hack/shellcheck.sh, a step of hack/test.sh
 )
 
 missing=()

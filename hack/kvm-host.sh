@@ -30,7 +30,6 @@
 # The command runs as root in /, with PATH=/usr/sbin:/usr/bin:/sbin:/bin; the kernel's own
 # messages (warnings and worse) are mixed into its output.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
 cache=${FERROVIRT_KVM_HOST_CACHE:-/var/cache/ferrovirt/kvm-host}
 EXIT_MARKER=FERROVIRT-L1-EXIT=
 CMD_MARKER=FERROVIRT-L1-CMD-START
@@ -252,7 +251,7 @@ qemu-system-x86_64 -M microvm,pit=on,pic=on,rtc=on -accel tcg,thread=multi -cpu 
 qemu_pid=$!
 started=$SECONDS
 
-rc= ran=0 exited_at= buf=
+rc='' ran=0 exited_at='' buf=''
 # handle LINE: one line of the serial console.
 handle() {
   local line=${1%$'\r'}

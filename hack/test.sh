@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every Ferrovirt test on this machine, installing what the tests need first:
 #   1. the Debian packages and the guest images (cached under /var/cache/ferrovirt);
-#   2. the KVM test guests on QEMU TCG, then format and lint checks;
+#   2. the KVM test guests on QEMU TCG, then format and lint checks (rustfmt, clippy and
+#      hack/shellcheck.sh);
 #   2b. the nested-KVM tier: real Linux guests on the VMM inside an L1 VM with nested SVM
 #      (hack/kvm-host.sh; vmm/tests/nested.rs and vmm/launcher/tests/nested_launcher.rs, the
 #      `nested` feature of both packages);
@@ -18,7 +19,7 @@
 # and result, and the script exits non-zero if any step failed.
 # Usage: hack/test.sh            (as root; sudo hack/test.sh where you are not root)
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 ((EUID == 0)) || {
   echo "hack/test.sh runs as root (it starts a local cluster and VMs)" >&2
   exit 1
@@ -69,6 +70,7 @@ step "test guests on QEMU TCG (independent of Ferrovirt's VMM)" \
   guest-images/test-guests/run-qemu.sh /var/cache/ferrovirt/guest-images/current/test-guests
 step "cargo fmt --check" cargo fmt --all -- --check
 step "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
+step "shellcheck" hack/shellcheck.sh
 nested_tier() {
   cargo test -p vmm --features nested --test nested --locked -- --nocapture &&
     cargo test -p launcher --features nested --test nested_launcher --locked -- --nocapture

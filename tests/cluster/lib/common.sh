@@ -1,4 +1,6 @@
 # shellcheck shell=bash
+# Sourced by cluster.sh and the other lib/ files, which use these settings.
+# shellcheck disable=SC2034
 # Shared settings and helpers for the local cluster scripts. Sourced, never run.
 
 KUBE_VERSION="${FERROVIRT_KUBE_VERSION:-v1.36.3}"
