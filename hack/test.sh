@@ -10,9 +10,9 @@
 #      (hack/up.sh);
 #   4. cargo test for the whole workspace: unit, integration and end-to-end tests, but for the
 #      operator's package;
-#   5. the operator's tests alone (they uninstall, reinstall, reconfigure and upgrade Ferrovirt,
-#      so nothing else may run beside them; they end with Ferrovirt installed as hack/up.sh
-#      leaves it);
+#   5. the operator's tests alone and one at a time (they uninstall, reinstall, reconfigure and
+#      upgrade Ferrovirt and read back the one KubeVirt CR, so nothing else may run beside
+#      them, not even each other; they end with Ferrovirt installed as hack/up.sh leaves it);
 #   6. the local cluster's own checks (tests/cluster/test.sh, which ends with down and up).
 # Steps 1 and 3 set up what the others need: when one fails, the run stops there. Every test
 # step runs whatever an earlier one did; the summary at the end lists each step with its time
@@ -80,6 +80,6 @@ step "nested-KVM tier: Linux on the VMM and the launcher's KVM backend in an L1 
 setup "local cluster with Ferrovirt and a worker node" hack/up.sh
 step "cargo test" cargo_tests
 step "virt-operator: install, keep in shape, uninstall, reinstall, configuration, certificate rotation, upgrade (alone)" \
-  cargo test -p operator --locked --no-fail-fast
+  cargo test -p operator --locked --no-fail-fast -- --test-threads=1
 step "local cluster checks" tests/cluster/test.sh
 finish
