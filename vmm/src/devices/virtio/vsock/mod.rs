@@ -16,7 +16,11 @@
 //!   device never sends more than the guest's `buf_alloc - (tx_cnt - fwd_cnt)`, and tells the
 //!   guest its own `buf_alloc`/`fwd_cnt` in every header (CREDIT_UPDATE when asked, or when a
 //!   lot was consumed silently);
-//! * SHUTDOWN or RST from the guest closes the host stream; end of the host stream sends RST.
+//! * each direction ends on its own, as with TCP's half-close: SHUTDOWN with SEND from the guest
+//!   shuts the host stream's write side once what the guest sent is written (the host reads
+//!   EOF and may still write); the end of the host stream sends the guest SHUTDOWN with SEND
+//!   (it reads EOF and may still send); when both directions are done (or the guest's SHUTDOWN
+//!   has both flags, or it sends RST) the connection closes with RST.
 //!
 //! [`packet`] parses and writes packets on descriptor chains (mock-tested); [`muxer`] keeps the
 //! connections; [`device`] is the `VirtioDevice` and its worker.

@@ -30,6 +30,10 @@ const CONNECT_LINE_TIMEOUT: Duration = Duration::from_secs(1);
 /// (host port, guest port)
 type ConnKey = (u32, u32);
 
+/// SHUTDOWN flags: the sender will receive no more, will send no more.
+pub const SHUTDOWN_RCV: u32 = 1;
+pub const SHUTDOWN_SEND: u32 = 2;
+
 #[derive(Debug, PartialEq, Eq)]
 enum ConnState {
     /// Host-initiated; REQUEST sent, waiting for the guest's RESPONSE.
@@ -50,6 +54,13 @@ struct Connection {
     fwd_cnt_sent: u32,
     /// Bytes for the host stream that did not fit its socket buffer yet.
     to_host: Vec<u8>,
+    /// The guest sent SHUTDOWN with SEND: once `to_host` is written, the host stream's write
+    /// side is shut (the host reads EOF) while the host may still send.
+    guest_send_closed: bool,
+    /// The guest sent SHUTDOWN with RCV: nothing more is read from the host stream for it.
+    guest_recv_closed: bool,
+    /// The host stream ended (EOF): the guest got SHUTDOWN with SEND and may still send.
+    host_send_closed: bool,
 }
 
 impl Connection {
@@ -69,7 +80,16 @@ impl Connection {
                 Err(e) => return Err(e),
             }
         }
+        if self.guest_send_closed {
+            // Everything the guest sent is written: the host reads EOF now.
+            self.stream.shutdown(std::net::Shutdown::Write)?;
+        }
         Ok(())
+    }
+
+    /// Whether data may be read from the host stream for the guest.
+    fn host_may_send(&self) -> bool {
+        self.state == ConnState::Established && !self.host_send_closed && !self.guest_recv_closed
     }
 }
 
@@ -151,6 +171,9 @@ impl Muxer {
                 fwd_cnt: 0,
                 fwd_cnt_sent: 0,
                 to_host: Vec::new(),
+                guest_send_closed: false,
+                guest_recv_closed: false,
+                host_send_closed: false,
             },
         );
     }
@@ -268,15 +291,34 @@ impl Muxer {
                     self.push_control(key, OP_CREDIT_UPDATE);
                 }
             }
-            OP_SHUTDOWN => {
-                self.remove(key, reg);
-                self.push_control(key, OP_RST);
-            }
+            OP_SHUTDOWN => self.guest_shutdown(key, hdr.flags, reg),
             OP_RST => self.remove(key, reg),
             other => {
                 debug!("vsock: unknown op {other}");
                 self.push_control(key, OP_RST);
             }
+        }
+    }
+
+    /// SHUTDOWN from the guest: one direction ends (the other goes on), or both, and then the
+    /// connection is closed with RST. No flag (not what Linux sends) counts as both.
+    fn guest_shutdown(&mut self, key: ConnKey, flags: u32, reg: &EventRegistry<'_>) {
+        let flags = match flags & (SHUTDOWN_RCV | SHUTDOWN_SEND) {
+            0 => SHUTDOWN_RCV | SHUTDOWN_SEND,
+            f => f,
+        };
+        let Some(conn) = self.conns.get_mut(&key) else {
+            self.push_control(key, OP_RST);
+            return;
+        };
+        conn.guest_recv_closed |= flags & SHUTDOWN_RCV != 0;
+        conn.guest_send_closed |= flags & SHUTDOWN_SEND != 0;
+        let done = (conn.guest_recv_closed || conn.host_send_closed) && conn.guest_send_closed;
+        if done || conn.flush_to_host().is_err() {
+            self.remove(key, reg);
+            self.push_control(key, OP_RST);
+        } else if conn.guest_recv_closed {
+            self.readable.remove(&key);
         }
     }
 
@@ -286,6 +328,7 @@ impl Muxer {
             return;
         };
         if conn.state != ConnState::Established
+            || conn.guest_send_closed
             || conn.to_host.len() + payload.len() > BUF_ALLOC as usize
         {
             warn!("vsock: guest sent data beyond its credit or before the connection was up");
@@ -324,12 +367,20 @@ impl Muxer {
                 continue;
             };
             let want = capacity.min(conn.credit() as usize).min(packet_max());
-            if conn.state != ConnState::Established || want == 0 {
+            if !conn.host_may_send() || want == 0 {
                 self.readable.remove(&key);
                 continue;
             }
             let mut buf = vec![0u8; want];
             match conn.stream.read(&mut buf) {
+                // The host will send no more: the guest may still, unless it is done too.
+                Ok(0) if !conn.guest_send_closed => {
+                    conn.host_send_closed = true;
+                    self.readable.remove(&key);
+                    let mut header = self.header(key, OP_SHUTDOWN);
+                    header.flags = SHUTDOWN_SEND;
+                    return Some((header, Vec::new()));
+                }
                 Ok(0) => {
                     self.remove(key, reg);
                     return Some((self.header(key, OP_RST), Vec::new()));

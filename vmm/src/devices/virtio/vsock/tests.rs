@@ -228,4 +228,95 @@ mod muxer {
         assert!(mux.next_rx_packet(4096, &reg).is_none());
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    /// A connection to guest port 1234 from host port 5000, established; returns the muxer,
+    /// the host's end and the registry's epoll (kept alive).
+    fn established(dir: &std::path::Path) -> (Muxer, std::os::unix::net::UnixStream, Epoll) {
+        let path = dir.join("v.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port_listener = UnixListener::bind(format!("{}_1234", path.display())).unwrap();
+        let epoll = Epoll::new().unwrap();
+        let mut mux = Muxer::new(3, &path, listener);
+        {
+            let reg = EventRegistry::new(&epoll);
+            mux.handle_guest_packet(&guest(OP_REQUEST, 5000, 1234, 0, 4096), &[], &reg);
+            assert_eq!(
+                { mux.next_rx_packet(4096, &reg).unwrap().0.op },
+                OP_RESPONSE
+            );
+        }
+        let (host, _) = port_listener.accept().unwrap();
+        (mux, host, epoll)
+    }
+
+    fn shutdown(flags: u32) -> PacketHeader {
+        PacketHeader {
+            flags,
+            ..guest(OP_SHUTDOWN, 5000, 1234, 0, 4096)
+        }
+    }
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("ferrovirt-vsock-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn the_guest_half_closes_and_still_receives() {
+        use crate::devices::virtio::vsock::muxer::SHUTDOWN_SEND;
+        let dir = scratch("guest-half");
+        let (mut mux, mut host, epoll) = established(&dir);
+        let reg = EventRegistry::new(&epoll);
+        mux.handle_guest_packet(&guest(OP_RW, 5000, 1234, 4, 4096), b"ping", &reg);
+        mux.handle_guest_packet(&shutdown(SHUTDOWN_SEND), &[], &reg);
+        assert!(
+            mux.next_rx_packet(4096, &reg).is_none(),
+            "a half close is no RST"
+        );
+        // The host reads what the guest sent, then EOF, and can still answer.
+        let mut got = Vec::new();
+        host.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"ping");
+        host.write_all(b"pong").unwrap();
+        mux.stream_event(16, &reg);
+        let (rw, data) = mux.next_rx_packet(4096, &reg).unwrap();
+        assert_eq!(({ rw.op }, data.as_slice()), (OP_RW, &b"pong"[..]));
+        // Data after the guest's SEND shutdown breaks the protocol: RST.
+        mux.handle_guest_packet(&guest(OP_RW, 5000, 1234, 1, 4096), b"x", &reg);
+        assert_eq!({ mux.next_rx_packet(4096, &reg).unwrap().0.op }, OP_RST);
+        drop(host);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_end_of_the_host_stream_half_closes_towards_the_guest() {
+        use crate::devices::virtio::vsock::muxer::{SHUTDOWN_RCV, SHUTDOWN_SEND};
+        let dir = scratch("host-half");
+        let (mut mux, mut host, epoll) = established(&dir);
+        let reg = EventRegistry::new(&epoll);
+        host.write_all(b"data").unwrap();
+        host.shutdown(std::net::Shutdown::Write).unwrap();
+        mux.stream_event(16, &reg);
+        let (rw, data) = mux.next_rx_packet(4096, &reg).unwrap();
+        assert_eq!(({ rw.op }, data.as_slice()), (OP_RW, &b"data"[..]));
+        mux.stream_event(16, &reg);
+        let (sd, _) = mux.next_rx_packet(4096, &reg).unwrap();
+        assert_eq!(({ sd.op }, { sd.flags }), (OP_SHUTDOWN, SHUTDOWN_SEND));
+        // The guest may still send; the host reads it.
+        mux.handle_guest_packet(&guest(OP_RW, 5000, 1234, 5, 4096), b"reply", &reg);
+        let mut got = [0u8; 5];
+        host.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"reply");
+        // The guest closes too: RST, and the host reads EOF.
+        mux.handle_guest_packet(&shutdown(SHUTDOWN_RCV | SHUTDOWN_SEND), &[], &reg);
+        assert_eq!({ mux.next_rx_packet(4096, &reg).unwrap().0.op }, OP_RST);
+        let mut rest = Vec::new();
+        host.read_to_end(&mut rest).unwrap();
+        assert!(rest.is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
