@@ -61,7 +61,7 @@ stock_release=$(stock_kernel_release)
     exit 1
 }
 package_versions=$(dpkg-query -W -f='${Package}=${Version}\n' "${packages[@]}" \
-    "linux-image-$stock_release" gcc | LC_ALL=C sort)
+    "linux-image-$stock_release" gcc libc6-dev | LC_ALL=C sort)
 
 kernel_key=$( (
     hash_files kernel

@@ -32,6 +32,8 @@ for applet in $("$tree/bin/busybox" --list-full); do
     [ -e "$tree/$applet" ] || ln -s /bin/busybox "$tree/$applet"
 done
 cp -a "$here/overlay/." "$tree/"
+# vsock from the shell (busybox has none): static, so the tree needs no libc.
+gcc -static -Os -Wall -Wextra -Werror -s -o "$tree/usr/bin/fv-vsock" "$here/fv-vsock.c"
 chmod 1777 "$tree/tmp"
 chmod 700 "$tree/root"
 

@@ -146,7 +146,7 @@ fn linux(serial: &Path) -> VmConfig {
     }
 }
 
-/// Waits up to `timeout` for a serial line starting with `prefix`; returns the rest of it.
+/// Waits up to `timeout` for a serial line with `prefix` in it; returns the rest of it.
 fn wait_line(serial: &Path, prefix: &str, timeout: Duration) -> String {
     let deadline = Instant::now() + timeout;
     loop {
@@ -155,7 +155,8 @@ fn wait_line(serial: &Path, prefix: &str, timeout: Duration) -> String {
         let complete = &log[..log.rfind('\n').map_or(0, |i| i + 1)];
         if let Some(rest) = complete
             .lines()
-            .filter_map(|l| l.trim_end_matches('\r').strip_prefix(prefix))
+            // A login prompt may share the line.
+            .filter_map(|l| l.trim_end_matches('\r').split_once(prefix).map(|(_, rest)| rest))
             .next()
         {
             return rest.trim().to_string();
@@ -677,5 +678,80 @@ fn sigterm_to_the_vmm_command_shuts_the_linux_guest_down() {
             "the guest did not shut down on SIGTERM; serial:\n{}",
             serial_log(&serial)
         );
+    });
+}
+
+#[test]
+fn vsock_carries_checksummed_data_both_ways() {
+    let name = "vsock_carries_checksummed_data_both_ways";
+    let dir = work_dir(name);
+    let mut files = guest_files();
+    if !in_l1() {
+        seed(
+            &dir,
+            r#"(fv-vsock listen 5002 >/tmp/from-host; echo "NESTED-VSOCK-GOT $(crc32 </tmp/from-host) $(wc -c </tmp/from-host)") &
+dd if=/dev/urandom of=/tmp/to-host bs=1M count=4 2>/dev/null
+echo "NESTED-VSOCK-SENDING $(crc32 </tmp/to-host)"
+if fv-vsock connect 2 5001 </tmp/to-host >/tmp/reply; then echo "NESTED-VSOCK-REPLY $(cat /tmp/reply)"; else echo "NESTED-VSOCK-REPLY failed"; fi
+"#,
+        );
+    }
+    files.push(dir.clone());
+    nested_test(name, &files, L1_DEADLINE, || {
+        use std::io::{BufRead, BufReader, Write};
+        use std::os::unix::net::{UnixListener, UnixStream};
+        let serial = dir.join("serial.log");
+        let socket = dir.join("vsock.sock");
+        // Guest-initiated connections to port 5001 arrive on `<socket>_5001`.
+        let guest_listener = UnixListener::bind(dir.join("vsock.sock_5001"))
+            .expect("listen for the guest's connection");
+        let mut config = linux(&serial);
+        config.disks = vec![disk(&dir.join("cidata.iso"), true)];
+        config.vsock = Some(vmm::config::VsockConfig {
+            cid: 3,
+            socket: socket.clone(),
+        });
+        let mut vm = boot(&config);
+
+        // Guest -> host: 4 MiB, checked, and a reply on the same connection.
+        let sending = wait_line(&serial, "NESTED-VSOCK-SENDING ", Duration::from_secs(120));
+        assert_crc("what the guest sends", &sending);
+        let (mut conn, _) = guest_listener
+            .accept()
+            .expect("accept the guest's connection");
+        conn.set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("set a read timeout");
+        let mut got = Vec::new();
+        conn.read_to_end(&mut got).expect("read the guest's bytes");
+        assert_eq!(got.len(), 4 << 20, "bytes from the guest");
+        assert_eq!(crc32(&got), sending, "the guest's bytes arrived otherwise");
+        conn.write_all(b"thanks\n").expect("reply to the guest");
+        drop(conn);
+        assert_eq!(
+            wait_line(&serial, "NESTED-VSOCK-REPLY ", Duration::from_secs(60)),
+            "thanks"
+        );
+
+        // Host -> guest: connect to the guest's port 5002 through the VMM's socket.
+        let mut host = UnixStream::connect(&socket).expect("connect to the VMM's vsock socket");
+        host.write_all(b"CONNECT 5002\n")
+            .expect("ask for port 5002");
+        let mut ok = String::new();
+        BufReader::new(host.try_clone().expect("clone the stream"))
+            .read_line(&mut ok)
+            .expect("the VMM's answer");
+        assert!(ok.starts_with("OK "), "the VMM answered {ok:?}");
+        let payload: Vec<u8> = (0..(4u32 << 20))
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+            .collect();
+        host.write_all(&payload).expect("send to the guest");
+        host.shutdown(std::net::Shutdown::Both).expect("close");
+        let got = wait_line(&serial, "NESTED-VSOCK-GOT ", Duration::from_secs(120));
+        assert_eq!(
+            got,
+            format!("{} {}", crc32(&payload), payload.len()),
+            "the guest received otherwise"
+        );
+        vm.stop();
     });
 }
