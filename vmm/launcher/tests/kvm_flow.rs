@@ -73,18 +73,7 @@ async fn reset_restarts_the_counter_guest_in_place() {
             }
         }
     });
-    if let Err(status) = client
-        .sync_vmi(v1::SyncVmiRequest {
-            vmi_json: serde_json::to_vec(&vmi).expect("json"),
-            options: Some(v1::SyncOptions {
-                use_emulation: false,
-                notify_socket: String::new(),
-            }),
-        })
-        .await
-    {
-        panic!("SyncVMI: {status}\nlauncher log:\n{}", process.log_text());
-    }
+    sync_native(&mut client, &vmi, &process).await;
     wait_state(&mut client, DomainState::Running, Duration::from_secs(10)).await;
     // The VMM keeps what the guest printed before the relay connected: the first line is there.
     console
@@ -163,19 +152,7 @@ async fn counter_guest_on_kvm() {
         }
     });
     let started = Instant::now();
-    let domain = match client
-        .sync_vmi(v1::SyncVmiRequest {
-            vmi_json: serde_json::to_vec(&vmi).expect("json"),
-            options: Some(v1::SyncOptions {
-                use_emulation: false,
-                notify_socket: String::new(),
-            }),
-        })
-        .await
-    {
-        Ok(response) => response.into_inner().domain.expect("domain"),
-        Err(status) => panic!("SyncVMI: {status}\nlauncher log:\n{}", process.log_text()),
-    };
+    let domain = sync_native(&mut client, &vmi, &process).await;
     assert_eq!(domain.backend, v1::Backend::Kvm as i32);
     assert!(
         domain.backend_reason.contains("--backend"),

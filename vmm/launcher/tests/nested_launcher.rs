@@ -14,7 +14,7 @@ mod common;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::{client, wait_state, ConsoleReader, LauncherProcess, TestDirs, LAUNCHER};
+use common::{client, sync_native, wait_state, ConsoleReader, LauncherProcess, TestDirs, LAUNCHER};
 use contract::proto::v1;
 use guest_images::l1::nested_test;
 use v1::DomainState;
@@ -98,19 +98,7 @@ async fn kvm_backend_body() {
         }
     });
     let started = Instant::now();
-    let domain = match client
-        .sync_vmi(v1::SyncVmiRequest {
-            vmi_json: serde_json::to_vec(&vmi).expect("json"),
-            options: Some(v1::SyncOptions {
-                use_emulation: false,
-                notify_socket: String::new(),
-            }),
-        })
-        .await
-    {
-        Ok(response) => response.into_inner().domain.expect("domain"),
-        Err(status) => panic!("SyncVMI: {status}\nlauncher log:\n{}", process.log_text()),
-    };
+    let domain = sync_native(&mut client, &vmi, &process).await;
     assert_eq!(
         domain.backend,
         v1::Backend::Kvm as i32,

@@ -309,11 +309,34 @@ pub async fn sync_emulated(
     vmi_json: Vec<u8>,
     notify_socket: &str,
 ) -> Result<v1::DomainResponse, tonic::Status> {
+    sync(client, vmi_json, true, notify_socket).await
+}
+
+/// SyncVMI of `vmi` without useEmulation (the launcher picks its backend itself); the
+/// domain, or a failure with the launcher's log.
+pub async fn sync_native(
+    client: &mut v1::launcher_client::LauncherClient<Channel>,
+    vmi: &serde_json::Value,
+    process: &LauncherProcess,
+) -> v1::Domain {
+    let vmi_json = serde_json::to_vec(vmi).expect("json");
+    match sync(client, vmi_json, false, "").await {
+        Ok(response) => response.domain.expect("domain"),
+        Err(status) => panic!("SyncVMI: {status}\nlauncher log:\n{}", process.log_text()),
+    }
+}
+
+async fn sync(
+    client: &mut v1::launcher_client::LauncherClient<Channel>,
+    vmi_json: Vec<u8>,
+    use_emulation: bool,
+    notify_socket: &str,
+) -> Result<v1::DomainResponse, tonic::Status> {
     client
         .sync_vmi(v1::SyncVmiRequest {
             vmi_json,
             options: Some(v1::SyncOptions {
-                use_emulation: true,
+                use_emulation,
                 notify_socket: notify_socket.into(),
             }),
         })
