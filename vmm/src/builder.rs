@@ -200,7 +200,7 @@ pub(crate) fn build_machine(config: &VmConfig) -> Result<Machine, StartVmError> 
     let vcpu_count = config.cpus.boot_vcpus;
     let control = Arc::new(RunControl::new(usize::from(vcpu_count)));
 
-    let mut pio = Bus::new();
+    let pio = Bus::new();
     let mut console = Console::open(&config.serial).map_err(StartVmError::Console)?;
     let serial = Arc::new(Mutex::new(SerialDevice::new(
         irq_eventfd(&vm, COM1_IRQ)?,
@@ -221,7 +221,7 @@ pub(crate) fn build_machine(config: &VmConfig) -> Result<Machine, StartVmError> 
     )
     .map_err(StartVmError::Bus)?;
 
-    let mut mmio = Bus::new();
+    let mmio = Bus::new();
     let mut virtio_slots = Vec::new();
     let mut virtio = Vec::new();
     for device in virtio_devices(config)? {
@@ -231,7 +231,7 @@ pub(crate) fn build_machine(config: &VmConfig) -> Result<Machine, StartVmError> 
         if irq > LAST_IRQ {
             return Err(StartVmError::TooManyDevices(irq));
         }
-        virtio.push(add_virtio_device(&vm, &mem, &mut mmio, device, base, irq)?);
+        virtio.push(add_virtio_device(&vm, &mem, &mmio, device, base, irq)?);
         virtio_slots.push((base, irq));
     }
     Ok(Machine {
@@ -354,7 +354,7 @@ fn virtio_devices(config: &VmConfig) -> Result<Vec<Box<dyn VirtioDevice>>, Start
 fn add_virtio_device(
     vm: &Vm,
     mem: &GuestMemoryMmap,
-    mmio: &mut Bus,
+    mmio: &Bus,
     device: Box<dyn VirtioDevice>,
     base: u64,
     irq: u32,
