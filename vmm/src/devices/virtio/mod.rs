@@ -19,6 +19,7 @@ pub mod net;
 pub mod rng;
 #[cfg(test)]
 pub mod test_utils;
+pub mod transport;
 pub mod vsock;
 pub mod worker;
 
