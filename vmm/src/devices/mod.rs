@@ -3,4 +3,5 @@
 
 pub mod bus;
 pub mod legacy;
+pub mod pci;
 pub mod virtio;
