@@ -21,13 +21,14 @@
 //!    by writing another address. Whenever memory decoding or a BAR address changes, the root
 //!    moves the BAR on the MMIO bus and its KVM ioeventfds ([`bus::BarMapper`]); a BAR outside
 //!    the windows or over another device stays unmapped, with a warning.
-//! 4. Interrupts: MSI-X (`msix`), vectors written by the guest into a table in a BAR and
+//! 4. Interrupts: MSI-X ([`msix`]), vectors written by the guest into a table in a BAR and
 //!    delivered through KVM irqfds with MSI routes; or the legacy INTx line, level-triggered,
 //!    on the IOAPIC pin that ACPI's `_PRT` names for the slot.
 
 pub mod allocator;
 pub mod bus;
 pub mod config_space;
+pub mod msix;
 
 use vmm_sys_util::eventfd::EventFd;
 
