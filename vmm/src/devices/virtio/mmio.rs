@@ -52,6 +52,7 @@ pub use super::transport::{
     CreateTransportError, QueueConfig, RestoreTransportError, TransportState, STATUS_ACKNOWLEDGE,
     STATUS_DRIVER, STATUS_DRIVER_OK, STATUS_FAILED, STATUS_FEATURES_OK, STATUS_NEEDS_RESET,
 };
+use super::transport::{TransportSnapshot, VirtioTransport};
 
 /// One virtio device on the MMIO bus.
 pub struct MmioTransport {
@@ -172,6 +173,33 @@ impl MmioTransport {
     fn set_address(&mut self, set: fn(&mut Queue, u32), value: u32) {
         if let Some(q) = self.core.selected_queue_for_setup("a queue address") {
             set(q, value);
+        }
+    }
+}
+
+impl VirtioTransport for MmioTransport {
+    fn core(&self) -> &VirtioCore {
+        &self.core
+    }
+
+    fn core_mut(&mut self) -> &mut VirtioCore {
+        &mut self.core
+    }
+
+    fn hardware_reset(&mut self) {
+        self.core.reset();
+    }
+
+    fn snapshot(&self) -> TransportSnapshot {
+        TransportSnapshot::Mmio(self.core.state())
+    }
+
+    fn restore(&mut self, snapshot: &TransportSnapshot) -> Result<(), RestoreTransportError> {
+        match snapshot {
+            TransportSnapshot::Mmio(state) => self.core.restore(state),
+            TransportSnapshot::Pci(_) => Err(RestoreTransportError::Pci(
+                "a virtio-pci state for a virtio-mmio device".into(),
+            )),
         }
     }
 }

@@ -16,6 +16,7 @@ pub mod block;
 pub mod chain;
 pub mod mmio;
 pub mod net;
+pub mod pci;
 pub mod rng;
 #[cfg(test)]
 pub mod test_utils;

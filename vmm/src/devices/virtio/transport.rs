@@ -84,6 +84,52 @@ pub enum CreateTransportError {
     Queue(u16, #[source] virtio_queue::Error),
     #[error("{queues} queues but {evts} notify eventfds")]
     EventCount { queues: usize, evts: usize },
+    #[error("{queues} queues need {} MSI-X vectors, not {vectors}", queues + 1)]
+    Vectors { queues: usize, vectors: usize },
+    #[error("PCI configuration space")]
+    Config(#[source] crate::devices::pci::config_space::ConfigSpaceError),
+}
+
+/// A transport's state, whichever transport it is (for live migration).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TransportSnapshot {
+    Mmio(TransportState),
+    Pci(Box<super::pci::VirtioPciState>),
+}
+
+/// A virtio device with its transport, as the VMM drives it: pause and resume the worker
+/// (migration), the disk (block migration), machine reset, save and restore.
+pub trait VirtioTransport: Send {
+    fn core(&self) -> &VirtioCore;
+    fn core_mut(&mut self) -> &mut VirtioCore;
+
+    fn device_type(&self) -> u32 {
+        self.core().device().device_type()
+    }
+
+    /// Parks the device's worker between two requests (for live migration).
+    fn pause_device(&mut self) {
+        self.core_mut().pause_device();
+    }
+
+    /// Lets a paused worker go on.
+    fn resume_device(&mut self) {
+        self.core_mut().resume_device();
+    }
+
+    /// The device's disk, if it is a virtio-blk device.
+    fn disk(&self) -> Option<super::block::DiskHandle> {
+        self.core().disk()
+    }
+
+    /// A machine reset: the device as at power-on, ready for the rebooted driver.
+    fn hardware_reset(&mut self);
+
+    /// The registers, queues and transport state.
+    fn snapshot(&self) -> TransportSnapshot;
+
+    /// Takes over a snapshot (on a migration target, before the vCPUs run).
+    fn restore(&mut self, snapshot: &TransportSnapshot) -> Result<(), RestoreTransportError>;
 }
 
 /// A device with its queues, notify eventfds, interrupt, negotiated features and status.
