@@ -9,6 +9,7 @@
 //! page), `vstate/` (KVM VM, vCPUs, guest memory), `devices/legacy` (16550 serial, i8042,
 //! power-off port), `devices/virtio` (MMIO transport, block, net, rng).
 
+pub mod acpi;
 pub mod arch;
 pub mod builder;
 pub mod capability;
