@@ -37,6 +37,60 @@ pub struct VmConfig {
     pub rng: Option<RngConfig>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vsock: Option<VsockConfig>,
+    /// How the virtio devices reach the guest; PCI (with ACPI) unless the config says otherwise.
+    #[serde(default)]
+    pub transport: Transport,
+}
+
+/// How the virtio devices reach the guest.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    /// virtio-pci with MSI-X on a PCI root bus, described by ACPI tables (which also give the
+    /// guest a power button): what stock distro kernels expect.
+    #[default]
+    Pci,
+    /// virtio-mmio announced on the kernel command line (`virtio_mmio.device=`), no ACPI: the
+    /// project's own kernel and test guests.
+    Mmio,
+}
+
+impl Transport {
+    /// How many virtio devices a VM can have on this transport: PCI slots 1 to 31 (slot 0 is
+    /// the host bridge), or one IOAPIC pin each from 5 to 23 for mmio.
+    pub const fn max_devices(self) -> usize {
+        match self {
+            Transport::Pci => crate::devices::pci::MAX_DEVICES,
+            Transport::Mmio => (crate::arch::LAST_IRQ - crate::arch::VIRTIO_FIRST_IRQ + 1) as usize,
+        }
+    }
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Transport::Pci => "pci",
+            Transport::Mmio => "mmio",
+        })
+    }
+}
+
+impl std::str::FromStr for Transport {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "pci" => Ok(Transport::Pci),
+            "mmio" => Ok(Transport::Mmio),
+            other => Err(format!("transport {other:?} is neither pci nor mmio")),
+        }
+    }
+}
+
+/// How many virtio devices (disks, NICs, rng and vsock together) a VM can have with
+/// `transport`: what the API derives its device limit from.
+pub const fn max_virtio_devices(transport: Transport) -> usize {
+    transport.max_devices()
 }
 
 impl Default for VmConfig {
@@ -51,6 +105,7 @@ impl Default for VmConfig {
             console: ConsoleConfig::Off,
             rng: None,
             vsock: None,
+            transport: Transport::default(),
         }
     }
 }
@@ -204,6 +259,12 @@ pub enum ValidationError {
     VsockCidReserved(u64),
     #[error("serial and console both use the VMM's stdin/stdout")]
     TwoTtys,
+    #[error("{count} virtio devices, more than the {max} the {transport} transport has room for")]
+    TooManyDevices {
+        transport: Transport,
+        count: usize,
+        max: usize,
+    },
 }
 
 impl VmConfig {
@@ -270,7 +331,24 @@ impl VmConfig {
         if self.serial == ConsoleConfig::Tty && self.console == ConsoleConfig::Tty {
             return Err(ValidationError::TwoTtys);
         }
+        let count = self.virtio_device_count();
+        let max = self.transport.max_devices();
+        if count > max {
+            return Err(ValidationError::TooManyDevices {
+                transport: self.transport,
+                count,
+                max,
+            });
+        }
         Ok(())
+    }
+
+    /// The virtio devices the VM has: disks, NICs, rng and vsock.
+    pub fn virtio_device_count(&self) -> usize {
+        self.disks.len()
+            + self.net.len()
+            + usize::from(self.rng.is_some())
+            + usize::from(self.vsock.is_some())
     }
 }
 
@@ -401,6 +479,39 @@ mod tests {
                 },
                 ValidationError::TwoTtys,
             ),
+            (
+                VmConfig {
+                    transport: Transport::Mmio,
+                    disks: (0..19)
+                        .map(|i| DiskConfig {
+                            id: format!("d{i}"),
+                            ..vm().disks[0].clone()
+                        })
+                        .collect(),
+                    ..vm()
+                },
+                ValidationError::TooManyDevices {
+                    transport: Transport::Mmio,
+                    count: 20,
+                    max: 19,
+                },
+            ),
+            (
+                VmConfig {
+                    disks: (0..31)
+                        .map(|i| DiskConfig {
+                            id: format!("d{i}"),
+                            ..vm().disks[0].clone()
+                        })
+                        .collect(),
+                    ..vm()
+                },
+                ValidationError::TooManyDevices {
+                    transport: Transport::Pci,
+                    count: 32,
+                    max: 31,
+                },
+            ),
         ];
         for (config, expected) in cases {
             assert_eq!(config.validate(), Err(expected));
@@ -422,6 +533,35 @@ mod tests {
         let back: VmConfig =
             serde_json::from_str(&serde_json::to_string(&config).unwrap()).unwrap();
         assert_eq!(back, config);
+    }
+
+    #[test]
+    fn the_transport_defaults_to_pci_and_parses_both_ways() {
+        let json = r#"{"payload":{"kernel":"/k"}}"#;
+        let config: VmConfig = serde_json::from_str(json).unwrap();
+        assert_eq!(config.transport, Transport::Pci, "a config without it");
+        let json = r#"{"payload":{"kernel":"/k"},"transport":"mmio"}"#;
+        let config: VmConfig = serde_json::from_str(json).unwrap();
+        assert_eq!(config.transport, Transport::Mmio);
+        let text = serde_json::to_string(&config).unwrap();
+        assert!(text.contains(r#""transport":"mmio""#), "{text}");
+        let json = r#"{"payload":{"kernel":"/k"},"transport":"isa"}"#;
+        assert!(serde_json::from_str::<VmConfig>(json).is_err());
+        assert_eq!("pci".parse(), Ok(Transport::Pci));
+        assert!("PCI".parse::<Transport>().is_err());
+        assert_eq!(Transport::Mmio.to_string(), "mmio");
+        assert_eq!(max_virtio_devices(Transport::Pci), 31);
+        assert_eq!(max_virtio_devices(Transport::Mmio), 19);
+        let mut full = vm();
+        full.disks = (0..29)
+            .map(|i| DiskConfig {
+                id: format!("d{i}"),
+                ..vm().disks[0].clone()
+            })
+            .collect();
+        full.rng = Some(RngConfig::default());
+        assert_eq!(full.virtio_device_count(), 31);
+        assert_eq!(full.validate(), Ok(()), "31 devices fit on PCI");
     }
 
     #[test]
