@@ -68,12 +68,6 @@ impl GsiRouting {
         self.sink.set_routes(&table)
     }
 
-    /// Hands the table over again (on a migration target, after the MSI-X tables are restored).
-    pub fn recommit(&self) {
-        let routes = self.routes.lock().unwrap_or_else(|e| e.into_inner());
-        Self::commit(self.sink.as_ref(), &routes);
-    }
-
     fn commit(sink: &dyn RouteSink, routes: &BTreeMap<u32, MsiMessage>) {
         let table: Vec<_> = routes.iter().map(|(g, m)| (*g, *m)).collect();
         if let Err(e) = sink.set_routes(&table) {
