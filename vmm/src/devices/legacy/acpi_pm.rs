@@ -19,8 +19,6 @@
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
 
-use log::warn;
-
 use crate::devices::bus::BusDevice;
 use crate::devices::irq::{LevelLine, PendingCheck};
 use crate::lifecycle::{RunControl, VmExit};
@@ -44,8 +42,11 @@ pub const S5_SLP_TYP: u16 = 5;
 const STS: u64 = PM1_EVT_OFFSET;
 const EN: u64 = PM1_EVT_OFFSET + 2;
 const PWRBTN: u16 = 1 << 8;
+/// GBL_EN: the OS's ACPI driver enables the global lock event; it sticks (so the OS sees the
+/// hardware there) but never fires: the firmware never takes the lock.
+const GBL: u16 = 1 << 5;
 /// The enable bits this block has.
-const EN_WRITABLE: u16 = PWRBTN;
+const EN_WRITABLE: u16 = PWRBTN | GBL;
 const SCI_EN: u16 = 1;
 const SLP_TYP_SHIFT: u16 = 10;
 const SLP_TYP_MASK: u16 = 0x7 << SLP_TYP_SHIFT;
@@ -164,9 +165,10 @@ impl AcpiPm {
                 if value & SLP_EN != 0 {
                     let slp_typ = (value & SLP_TYP_MASK) >> SLP_TYP_SHIFT;
                     if slp_typ == S5_SLP_TYP {
+                        log::info!("acpi: the guest entered S5 (soft off)");
                         self.control.request_exit(VmExit::PowerOff { code: 0 });
                     } else {
-                        warn!("acpi: sleep type {slp_typ} is not offered; ignored");
+                        guest_warn!("acpi: sleep type {slp_typ} is not offered; ignored");
                     }
                 }
             }
@@ -187,6 +189,7 @@ impl BusDevice for AcpiPm {
     fn write(&mut self, offset: u64, data: &[u8]) {
         if offset == RESET_OFFSET && data.len() == 1 {
             if data[0] == RESET_VALUE {
+                log::info!("acpi: the guest reset the machine through the reset register");
                 self.control.request_exit(VmExit::Reset);
             }
             return;
@@ -248,7 +251,11 @@ mod tests {
         assert_eq!(read16(&mut pm, STS), 0, "write 1 to clear");
 
         pm.write(EN, &0xffffu16.to_le_bytes());
-        assert_eq!(read16(&mut pm, EN), PWRBTN, "only the power button enable");
+        assert_eq!(
+            read16(&mut pm, EN),
+            PWRBTN | GBL,
+            "only the power button and global lock enables"
+        );
         assert!(pm.power_button_enabled());
         pm.press_power_button();
         assert_eq!(sci.read().unwrap(), 1);

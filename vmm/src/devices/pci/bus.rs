@@ -10,7 +10,6 @@
 
 use std::sync::{Arc, Mutex};
 
-use log::warn;
 use vmm_sys_util::eventfd::EventFd;
 
 use super::allocator::Window;
@@ -252,7 +251,7 @@ impl PciRoot {
                 self.mapper.unmap(old);
             }
             if memory_on && !inside {
-                warn!(
+                guest_warn!(
                     "pci: 00:{index:02x}.0 BAR {bar} at {address:#x} (+{:#x}) is outside the \
                      PCI windows: left unmapped",
                     info.size
@@ -264,13 +263,13 @@ impl PciRoot {
                 bar,
             }));
             if let Err(e) = self.mapper.map(region, new, info.size) {
-                warn!("pci: 00:{index:02x}.0 BAR {bar} at {new:#x}: {e}; left unmapped");
+                guest_warn!("pci: 00:{index:02x}.0 BAR {bar} at {new:#x}: {e}; left unmapped");
                 continue;
             }
             slot.mapped[bar] = Some(new);
             for (offset, evt) in device.ioeventfds(bar) {
                 if let Err(e) = self.mapper.register_ioevent(evt, new + offset) {
-                    warn!("pci: 00:{index:02x}.0 BAR {bar}: {e}");
+                    guest_warn!("pci: 00:{index:02x}.0 BAR {bar}: {e}");
                 }
             }
         }

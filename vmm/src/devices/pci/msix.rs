@@ -18,7 +18,6 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use log::warn;
 use vmm_sys_util::eventfd::EventFd;
 
 use crate::devices::irq::{GsiRouting, MsiMessage};
@@ -229,7 +228,7 @@ impl MsixVectors {
         if state.masked(vector) {
             state.set_pending(vector, true);
         } else if let Err(e) = self.irqfds[vector].write(1) {
-            warn!("msix: vector {vector}: {e}");
+            log::warn!("msix: vector {vector}: {e}");
         }
         true
     }
@@ -245,7 +244,7 @@ impl MsixVectors {
         if state.is_pending(vector) {
             state.set_pending(vector, false);
             if let Err(e) = self.irqfds[vector].write(1) {
-                warn!("msix: vector {vector}: {e}");
+                log::warn!("msix: vector {vector}: {e}");
             }
         }
     }
@@ -269,7 +268,7 @@ impl MsixVectors {
         let last = (offset + data.len() as u64).saturating_sub(1) / ENTRY_SIZE;
         for index in first..=last {
             let Some(old) = state.entries.get(index as usize).copied() else {
-                warn!("msix: write past the table at {offset:#x}");
+                guest_warn!("msix: write past the table at {offset:#x}");
                 return;
             };
             let mut bytes = old.bytes();

@@ -20,7 +20,6 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use log::warn;
 use virtio_queue::{Queue, QueueT};
 use vmm_sys_util::eventfd::EventFd;
 
@@ -248,7 +247,7 @@ impl VirtioCore {
     /// bits are kept, and only during negotiation (after DRIVER, before FEATURES_OK).
     pub fn write_driver_features(&mut self, value: u32) {
         if self.status & STATUS_DRIVER == 0 || self.status & STATUS_FEATURES_OK != 0 {
-            warn!(
+            guest_warn!(
                 "{}: driver features written outside feature negotiation",
                 self.name
             );
@@ -275,7 +274,7 @@ impl VirtioCore {
     /// runs).
     pub fn selected_queue_for_setup(&mut self, register: &str) -> Option<&mut Queue> {
         if self.activated || self.status & STATUS_FEATURES_OK == 0 {
-            warn!("{}: {register} written outside queue setup", self.name);
+            guest_warn!("{}: {register} written outside queue setup", self.name);
             return None;
         }
         self.queues.get_mut(self.queue_sel as usize)
@@ -303,7 +302,7 @@ impl VirtioCore {
             && self.status & STATUS_FEATURES_OK == 0
             && self.acked_features & VIRTIO_F_VERSION_1 == 0
         {
-            warn!(
+            guest_warn!(
                 "{}: driver did not accept VIRTIO_F_VERSION_1; refusing FEATURES_OK",
                 self.name
             );
@@ -322,10 +321,10 @@ impl VirtioCore {
         match self.queue_evts.get(index as usize) {
             Some(evt) => {
                 if let Err(e) = evt.write(1) {
-                    warn!("{}: notify queue {index}: {e}", self.name);
+                    guest_warn!("{}: notify queue {index}: {e}", self.name);
                 }
             }
-            None => warn!(
+            None => guest_warn!(
                 "{}: notify of queue {index}, which does not exist",
                 self.name
             ),
@@ -364,7 +363,7 @@ impl VirtioCore {
 
     fn activate(&mut self) {
         if self.status & STATUS_FEATURES_OK == 0 {
-            warn!("{}: DRIVER_OK without FEATURES_OK", self.name);
+            guest_warn!("{}: DRIVER_OK without FEATURES_OK", self.name);
             self.interrupt.mark_broken();
             return;
         }
@@ -373,7 +372,7 @@ impl VirtioCore {
             .iter()
             .position(|q| !q.ready() || !q.is_valid(&self.mem))
         {
-            warn!(
+            guest_warn!(
                 "{}: queue {i} is not ready or lies outside guest memory",
                 self.name
             );
@@ -388,7 +387,7 @@ impl VirtioCore {
         {
             Ok(evts) => evts,
             Err(e) => {
-                warn!("{}: clone queue eventfds: {e}", self.name);
+                guest_warn!("{}: clone queue eventfds: {e}", self.name);
                 self.interrupt.mark_broken();
                 return;
             }
@@ -401,7 +400,7 @@ impl VirtioCore {
         {
             Ok(queues) => queues,
             Err(e) => {
-                warn!("{}: copy queue state: {e}", self.name);
+                guest_warn!("{}: copy queue state: {e}", self.name);
                 self.interrupt.mark_broken();
                 return;
             }
@@ -416,7 +415,7 @@ impl VirtioCore {
         match self.device.activate(activation) {
             Ok(()) => self.activated = true,
             Err(e) => {
-                warn!("{}: activate device: {e}", self.name);
+                guest_warn!("{}: activate device: {e}", self.name);
                 self.interrupt.mark_broken();
             }
         }

@@ -24,7 +24,6 @@
 //! structure, a write is merged into the current value of each field it touches (so the 64-bit
 //! addresses can come as two 32-bit halves, as Linux writes them).
 
-use log::warn;
 use virtio_queue::QueueT;
 
 use super::interrupt::{PciInterrupt, NO_VECTOR};
@@ -121,7 +120,7 @@ fn apply(core: &mut VirtioCore, irq: &PciInterrupt, field: Field, value: u64) {
         Field::QueueMsixVector => irq.set_queue_vector(selected, value as u16),
         Field::QueueEnable => {
             if value != 1 {
-                warn!("virtio-pci: queue_enable written with {value}, not 1: ignored");
+                guest_warn!("virtio-pci: queue_enable written with {value}, not 1: ignored");
             } else if let Some(q) = core.selected_queue_for_setup("queue_enable") {
                 q.set_ready(true);
             }
@@ -145,7 +144,7 @@ fn apply(core: &mut VirtioCore, irq: &PciInterrupt, field: Field, value: u64) {
         | Field::NumQueues
         | Field::ConfigGeneration
         | Field::QueueNotifyOff => {
-            warn!("virtio-pci: write to read-only common configuration field {field:?}");
+            guest_warn!("virtio-pci: write to read-only common configuration field {field:?}");
         }
     }
 }
@@ -172,7 +171,7 @@ pub fn read(core: &VirtioCore, irq: &PciInterrupt, offset: u64, data: &mut [u8])
 pub fn write(core: &mut VirtioCore, irq: &PciInterrupt, offset: u64, data: &[u8]) {
     let end = offset.saturating_add(data.len() as u64);
     if end > SIZE {
-        warn!("virtio-pci: common configuration write past its end at {offset:#x}");
+        guest_warn!("virtio-pci: common configuration write past its end at {offset:#x}");
     }
     for (start, size, field) in FIELDS {
         if start >= end || start + size <= offset {

@@ -22,7 +22,6 @@ pub mod interrupt;
 
 use std::sync::Arc;
 
-use log::warn;
 use vmm_sys_util::eventfd::EventFd;
 
 use self::interrupt::{PciDelivery, PciInterrupt};
@@ -229,7 +228,9 @@ impl VirtioPciDevice {
             && matches!(length, 1 | 2 | 4)
             && offset as usize % length == 0;
         if !ok {
-            warn!("virtio-pci: access window with bar {bar}, offset {offset:#x}, length {length}");
+            guest_warn!(
+                "virtio-pci: access window with bar {bar}, offset {offset:#x}, length {length}"
+            );
             return None;
         }
         Some((u64::from(offset), length))
@@ -309,7 +310,7 @@ impl PciDevice for VirtioPciDevice {
                 .irq
                 .msix()
                 .write_table(offset - MSIX_TABLE_OFFSET, data),
-            _ => warn!("virtio-pci: write to read-only BAR 0 offset {offset:#x}"),
+            _ => guest_warn!("virtio-pci: write to read-only BAR 0 offset {offset:#x}"),
         }
     }
 
