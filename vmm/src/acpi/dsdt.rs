@@ -4,7 +4,8 @@
 //! Scope (\_SB) {
 //!     Device (PCI0) {                  // the root bridge, bus 0, segment 0
 //!         _HID PNP0A08, _CID PNP0A03, _ADR 0, _SEG 0, _UID 0, _BBN 0
-//!         _CRS: bus 0, ports 0xcf8-0xcff, the 32-bit and the 64-bit memory window
+//!         _CRS: bus 0, ports 0xcf8-0xcff, the I/O window 0xd00-0xffff (no I/O BARs yet), the
+//!               32-bit and the 64-bit memory window
 //!         _PRT: slot s, INTA# -> GSI (level, active low), for every occupied slot
 //!     }
 //!     Device (MBRD) { _HID PNP0C02, _CRS: the ECAM window and the ACPI PM ports }
@@ -27,6 +28,9 @@ use crate::devices::legacy::acpi_pm::{PM_BASE, PM_LEN, S5_SLP_TYP};
 use crate::devices::legacy::{COM1_BASE, COM1_IRQ};
 
 const PCI_CONFIG_PORT: u16 = 0xcf8;
+/// The PCI I/O window: past the legacy ports (0x000-0xcf7, where COM1 and the ACPI PM block
+/// live, outside PCI0).
+const PCI_IO_WINDOW: (u16, u16) = (0x0d00, 0xffff);
 
 /// The DSDT for `platform`.
 pub fn dsdt(platform: &AcpiPlatform) -> Vec<u8> {
@@ -64,6 +68,7 @@ impl Aml for PciRoot<'_> {
         let bbn = Name::new(Path::new("_BBN"), &ZERO);
         let bus = AddressSpace::<u16>::new_bus_number(0, 0);
         let config_ports = IO::new(PCI_CONFIG_PORT, PCI_CONFIG_PORT, 1, 8);
+        let io = AddressSpace::<u16>::new_io(PCI_IO_WINDOW.0, PCI_IO_WINDOW.1, None);
         let mmio32 = AddressSpace::<u32>::new_memory(
             AddressSpaceCacheable::NotCacheable,
             true,
@@ -80,7 +85,7 @@ impl Aml for PciRoot<'_> {
         );
         let crs = Name::new(
             Path::new("_CRS"),
-            &ResourceTemplate::new(vec![&bus, &config_ports, &mmio32, &mmio64]),
+            &ResourceTemplate::new(vec![&bus, &config_ports, &io, &mmio32, &mmio64]),
         );
         // _PRT entries: (address: slot << 16 | 0xffff, pin 0 = INTA#, source 0 = a GSI, GSI).
         let entries: Vec<(u32, u32)> = p

@@ -206,6 +206,11 @@ fn the_dsdt_has_the_root_bridge_routing_com1_and_s5() {
         let entry = [0x0c, 0xff, 0xff, slot, 0, 0x00, 0x00, 0x0a, gsi];
         assert!(find(&dsdt, &entry), "_PRT entry of slot {slot}");
     }
+    // The I/O window: WordIO, producer, min 0x0d00, max 0xffff, length 0xf300.
+    let io = [
+        0x88, 0x0d, 0x00, 0x01, 0x0c, 0x03, 0, 0, 0x00, 0x0d, 0xff, 0xff, 0, 0, 0x00, 0xf3,
+    ];
+    assert!(find(&dsdt, &io), "the I/O window");
     // The ECAM window as a fixed memory resource of the motherboard.
     let mut ecam = vec![0x86, 0x09, 0x00, 0x00];
     ecam.extend_from_slice(&0xe000_0000u32.to_le_bytes());
