@@ -56,7 +56,8 @@ def run_once(argv, touched_from):
 
 
 def ours(vmm, guest, memory_mib):
-    argv = [vmm, "--kernel", guest, "--memory", str(memory_mib), "--serial", "tty", "--stats"]
+    argv = [vmm, "--kernel", guest, "--memory", str(memory_mib), "--serial", "tty", "--stats",
+            "--transport", "mmio"]
 
     def touched(stderr):
         m = re.search(r"guest memory touched: (\d+) KiB", stderr)

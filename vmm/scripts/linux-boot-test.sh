@@ -29,7 +29,7 @@ tmp=$(mktemp -d)
 trap 'kill "$pid" 2>/dev/null || true; rm -rf "$tmp"' EXIT
 start=$(date +%s%N)
 "$vmm" --require-hardware-virt --kernel "$kernel" --initramfs "$initramfs" \
-    --cmdline "console=ttyS0 reboot=k panic=-1" --memory 256 \
+    --cmdline "console=ttyS0 reboot=k panic=-1" --memory 256 --transport mmio \
     --serial "file:$tmp/serial.log" --shutdown-grace 20 2>"$tmp/vmm.err" &
 pid=$!
 while ! grep -q "$marker" "$tmp/serial.log" 2>/dev/null; do

@@ -37,6 +37,60 @@ pub struct VmConfig {
     pub rng: Option<RngConfig>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vsock: Option<VsockConfig>,
+    /// How the virtio devices reach the guest; PCI (with ACPI) unless the config says otherwise.
+    #[serde(default)]
+    pub transport: Transport,
+}
+
+/// How the virtio devices reach the guest.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    /// virtio-pci with MSI-X on a PCI root bus, described by ACPI tables (which also give the
+    /// guest a power button): what stock distro kernels expect.
+    #[default]
+    Pci,
+    /// virtio-mmio announced on the kernel command line (`virtio_mmio.device=`), no ACPI: the
+    /// project's own kernel and test guests.
+    Mmio,
+}
+
+impl Transport {
+    /// How many virtio devices a VM can have on this transport: PCI slots 1 to 31 (slot 0 is
+    /// the host bridge), or one IOAPIC pin each from 5 to 23 for mmio.
+    pub const fn max_devices(self) -> usize {
+        match self {
+            Transport::Pci => crate::devices::pci::MAX_DEVICES,
+            Transport::Mmio => (crate::arch::LAST_IRQ - crate::arch::VIRTIO_FIRST_IRQ + 1) as usize,
+        }
+    }
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Transport::Pci => "pci",
+            Transport::Mmio => "mmio",
+        })
+    }
+}
+
+impl std::str::FromStr for Transport {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "pci" => Ok(Transport::Pci),
+            "mmio" => Ok(Transport::Mmio),
+            other => Err(format!("transport {other:?} is neither pci nor mmio")),
+        }
+    }
+}
+
+/// How many virtio devices (disks, NICs, rng and vsock together) a VM can have with
+/// `transport`: what the API derives its device limit from.
+pub const fn max_virtio_devices(transport: Transport) -> usize {
+    transport.max_devices()
 }
 
 impl Default for VmConfig {
@@ -51,6 +105,7 @@ impl Default for VmConfig {
             console: ConsoleConfig::Off,
             rng: None,
             vsock: None,
+            transport: Transport::default(),
         }
     }
 }
@@ -204,6 +259,12 @@ pub enum ValidationError {
     VsockCidReserved(u64),
     #[error("serial and console both use the VMM's stdin/stdout")]
     TwoTtys,
+    #[error("{count} virtio devices, more than the {max} the {transport} transport has room for")]
+    TooManyDevices {
+        transport: Transport,
+        count: usize,
+        max: usize,
+    },
 }
 
 impl VmConfig {
@@ -270,7 +331,24 @@ impl VmConfig {
         if self.serial == ConsoleConfig::Tty && self.console == ConsoleConfig::Tty {
             return Err(ValidationError::TwoTtys);
         }
+        let count = self.virtio_device_count();
+        let max = self.transport.max_devices();
+        if count > max {
+            return Err(ValidationError::TooManyDevices {
+                transport: self.transport,
+                count,
+                max,
+            });
+        }
         Ok(())
+    }
+
+    /// The virtio devices the VM has: disks, NICs, rng and vsock.
+    pub fn virtio_device_count(&self) -> usize {
+        self.disks.len()
+            + self.net.len()
+            + usize::from(self.rng.is_some())
+            + usize::from(self.vsock.is_some())
     }
 }
 
@@ -289,162 +367,5 @@ pub fn parse_mac(mac: &str) -> Option<[u8; 6]> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn vm() -> VmConfig {
-        VmConfig {
-            payload: PayloadConfig {
-                kernel: "/boot/vmlinux".into(),
-                initramfs: None,
-                cmdline: "console=ttyS0".into(),
-            },
-            disks: vec![DiskConfig {
-                id: "rootdisk".into(),
-                path: "/disk/disk.img".into(),
-                readonly: false,
-            }],
-            net: vec![NetConfig {
-                id: "default".into(),
-                tap: "tap0".into(),
-                mac: "02:00:00:00:00:01".into(),
-            }],
-            ..VmConfig::default()
-        }
-    }
-
-    #[test]
-    fn valid_config_passes() {
-        assert_eq!(vm().validate(), Ok(()));
-    }
-
-    #[test]
-    fn invalid_configs_name_the_offending_values() {
-        let cases = [
-            (
-                VmConfig {
-                    cpus: CpusConfig {
-                        boot_vcpus: 2,
-                        max_vcpus: 1,
-                    },
-                    ..vm()
-                },
-                ValidationError::CpusMaxLowerThanBoot { max: 1, boot: 2 },
-            ),
-            (
-                VmConfig {
-                    cpus: CpusConfig {
-                        boot_vcpus: 0,
-                        max_vcpus: 1,
-                    },
-                    ..vm()
-                },
-                ValidationError::CpusBootZero,
-            ),
-            (
-                VmConfig {
-                    memory: MemoryConfig { size: 1 << 20 },
-                    ..vm()
-                },
-                ValidationError::MemoryTooSmall(1 << 20),
-            ),
-            (
-                VmConfig {
-                    memory: MemoryConfig {
-                        size: (64 << 20) + 1,
-                    },
-                    ..vm()
-                },
-                ValidationError::MemoryUnaligned((64 << 20) + 1),
-            ),
-            (
-                VmConfig {
-                    payload: PayloadConfig::default(),
-                    ..vm()
-                },
-                ValidationError::KernelMissing,
-            ),
-            (
-                VmConfig {
-                    disks: vec![vm().disks[0].clone(), vm().disks[0].clone()],
-                    ..vm()
-                },
-                ValidationError::DuplicateId("rootdisk".into()),
-            ),
-            (
-                VmConfig {
-                    net: vec![NetConfig {
-                        mac: "02:00:00:00:01".into(),
-                        ..vm().net[0].clone()
-                    }],
-                    ..vm()
-                },
-                ValidationError::BadMac {
-                    id: "default".into(),
-                    mac: "02:00:00:00:01".into(),
-                },
-            ),
-            (
-                VmConfig {
-                    vsock: Some(VsockConfig {
-                        cid: 2,
-                        socket: "/run/v.sock".into(),
-                    }),
-                    ..vm()
-                },
-                ValidationError::VsockCidReserved(2),
-            ),
-            (
-                VmConfig {
-                    console: ConsoleConfig::Tty,
-                    ..vm()
-                },
-                ValidationError::TwoTtys,
-            ),
-        ];
-        for (config, expected) in cases {
-            assert_eq!(config.validate(), Err(expected));
-        }
-    }
-
-    #[test]
-    fn json_round_trip_and_defaults() {
-        let json = r#"{"payload":{"kernel":"/k"},"serial":{"mode":"socket","path":"/run/s"}}"#;
-        let config: VmConfig = serde_json::from_str(json).unwrap();
-        assert_eq!(config.cpus.boot_vcpus, 1);
-        assert_eq!(config.console, ConsoleConfig::Off);
-        assert_eq!(
-            config.serial,
-            ConsoleConfig::Socket {
-                path: "/run/s".into()
-            }
-        );
-        let back: VmConfig =
-            serde_json::from_str(&serde_json::to_string(&config).unwrap()).unwrap();
-        assert_eq!(back, config);
-    }
-
-    #[test]
-    fn unknown_fields_are_rejected() {
-        let json = r#"{"payload":{"kernel":"/k"},"gpus":[]}"#;
-        let err = serde_json::from_str::<VmConfig>(json).unwrap_err();
-        assert!(err.to_string().contains("gpus"), "{err}");
-    }
-
-    #[test]
-    fn mac_parsing() {
-        assert_eq!(
-            parse_mac("02:ab:00:00:00:ff"),
-            Some([2, 0xab, 0, 0, 0, 0xff])
-        );
-        for bad in [
-            "",
-            "02:ab:00:00:00",
-            "02:ab:00:00:00:ff:00",
-            "2:ab:00:00:00:ff",
-            "zz:ab:00:00:00:ff",
-        ] {
-            assert_eq!(parse_mac(bad), None, "{bad}");
-        }
-    }
-}
+#[path = "config_tests.rs"]
+mod tests;

@@ -6,9 +6,12 @@
 //! whether this host's `/dev/kvm` can run a standard guest at all.
 //!
 //! Layout (Firecracker's): `arch/` (x86_64 boot state: page tables, GDT, CPUID, MSRs, zero
-//! page), `vstate/` (KVM VM, vCPUs, guest memory), `devices/legacy` (16550 serial, i8042,
-//! power-off port), `devices/virtio` (MMIO transport, block, net, rng).
+//! page), `vstate/` (KVM VM, vCPUs, guest memory, the KVM side of PCI), `devices/legacy` (16550
+//! serial, i8042, power-off port, ACPI PM registers), `devices/pci` (root bus, configuration
+//! space, BARs, MSI-X), `devices/virtio` (mmio and pci transports, block, net, rng, vsock),
+//! `acpi/` (the ACPI tables of the PCI machine).
 
+pub mod acpi;
 pub mod arch;
 pub mod builder;
 /// The host capability probe; it lives in the handler <-> launcher contract, so that

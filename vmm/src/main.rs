@@ -4,8 +4,11 @@
 //! vmm --config vm.json
 //! vmm --kernel guest.elf --memory 64 --serial file:/tmp/serial.log --disk disk.img
 //! ```
-//! Flags override or extend the config file. SIGTERM asks the guest to shut down (ctrl-alt-del
-//! through the i8042) and stops it after `--shutdown-grace` seconds; SIGINT stops it at once;
+//! Flags override or extend the config file. `--transport pci` (the default: virtio-pci, ACPI)
+//! or `--transport mmio` (virtio-mmio on the command line, no ACPI: the project's own kernel and
+//! test guests) says how the virtio devices reach the guest. SIGTERM asks the guest to shut
+//! down (the ACPI power button when the guest listens to it, else ctrl-alt-del through the
+//! i8042) and stops it after `--shutdown-grace` seconds; SIGINT stops it at once;
 //! SIGHUP resets the VM in place. `--on-reset restart` makes the guest's own resets and triple
 //! faults restart the VM in place too (the default, `exit`, ends it).
 //! The exit status says why the VM stopped: 0 guest power-off with code 0 or reset, the guest's
@@ -29,7 +32,9 @@ use std::time::Duration;
 
 use clap::Parser;
 use vmm::capability::{self, KvmCapability, NEEDS_HARDWARE_VIRT};
-use vmm::config::{ConsoleConfig, DiskConfig, NetConfig, RngConfig, VmConfig, VsockConfig};
+use vmm::config::{
+    ConsoleConfig, DiskConfig, NetConfig, RngConfig, Transport, VmConfig, VsockConfig,
+};
 use vmm::lifecycle::{ResetPolicy, VmExit};
 use vmm::migration::{MigrationOptions, MigrationStats};
 
@@ -66,6 +71,10 @@ struct Args {
     /// Serial console: off, null, tty, file:PATH or socket:PATH.
     #[arg(long)]
     serial: Option<String>,
+    /// How the virtio devices reach the guest: pci (virtio-pci and ACPI, what stock distro
+    /// kernels expect; the default) or mmio (virtio-mmio on the command line, no ACPI).
+    #[arg(long)]
+    transport: Option<Transport>,
     /// Refuse to start unless this host has hardware virtualization (for standard guests such
     /// as Linux, which cannot boot on a PVM /dev/kvm).
     #[arg(long)]
@@ -164,6 +173,9 @@ fn build_config(args: &Args) -> Result<VmConfig, String> {
     }
     if let Some(serial) = &args.serial {
         config.serial = parse_console(serial)?;
+    }
+    if let Some(transport) = args.transport {
+        config.transport = transport;
     }
     Ok(config)
 }

@@ -10,11 +10,13 @@
 //! 2. parks every vCPU (they park on `reset_pending` as for a pause; the thread kicks them out
 //!    of `KVM_RUN`);
 //! 3. resets the devices: each virtio transport as a driver reset does (workers stopped, queues
-//!    and status cleared), COM1's registers (its console stays), the i8042;
+//!    and status cleared; on PCI also the configuration space, BARs back where the VMM put
+//!    them, and MSI-X), COM1's registers (its console stays), the i8042, the ACPI PM registers;
 //! 4. puts the in-kernel PICs, IOAPIC, PIT and KVM clock back to their state when the VM was
 //!    created;
 //! 5. reloads the kernel, initramfs and command line from the config's files and rewrites the
-//!    zero page and boot tables (guest RAM is otherwise left as it was, as on real hardware);
+//!    ACPI tables, zero page and boot tables (guest RAM is otherwise left as it was, as on real
+//!    hardware);
 //! 6. puts every vCPU back to the state KVM created it in (registers, MSRs such as kvmclock's,
 //!    LAPIC, FPU, events, MP state) and configures it for the boot entry again;
 //! 7. clears `reset_pending` and counts the reset: the vCPUs run from the boot entry (or stay
@@ -31,7 +33,7 @@ use std::thread::JoinHandle;
 
 use log::info;
 
-use crate::builder::{load_payload, StartVmError};
+use crate::builder::{load_payload, Platform, StartVmError};
 use crate::config::PayloadConfig;
 use crate::lifecycle::{Requested, RunControl, VmExit};
 use crate::migration::error_chain;
@@ -64,8 +66,8 @@ pub(crate) struct PowerOnState {
     pub vcpus: Vec<Vec<u8>>,
     pub payload: PayloadConfig,
     pub memory_size: u64,
-    /// The virtio-mmio windows and irqs announced on the command line.
-    pub virtio_slots: Vec<(u64, u32)>,
+    /// The virtio-mmio windows announced on the command line, or the ACPI tables.
+    pub platform: Platform,
 }
 
 /// Everything the reset thread works on.
@@ -172,12 +174,18 @@ impl ResetWorker {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .reset();
+        if let Some(pci) = &self.devices.pci {
+            pci.acpi_pm().reset();
+            let mut root = pci.root();
+            root.reset_host_bridge();
+            root.sync_all();
+        }
         restore_vm(&self.vm.fd, &self.power_on.vm).map_err(ResetError::Vm)?;
         let entry = load_payload(
             &self.mem,
             &self.power_on.payload,
             self.power_on.memory_size,
-            &self.power_on.virtio_slots,
+            &self.power_on.platform,
         )
         .map_err(ResetError::Payload)?;
         for (id, (fd, state)) in self.vcpu_fds.iter().zip(&self.power_on.vcpus).enumerate() {

@@ -2,8 +2,11 @@
 //!
 //! * [`Vmm::pause`] parks every vCPU (kicking them out of `KVM_RUN`) and returns once all are
 //!   parked; device workers keep serving requests already queued. [`Vmm::resume`] lets them run.
-//! * [`Vmm::request_shutdown`] asks the guest to shut down (ctrl-alt-del through the i8042, the
-//!   ACPI-free path); [`Vmm::shutdown`] waits a grace period for it, then stops the VM.
+//! * [`Vmm::request_shutdown`] asks the guest to shut down: it presses the ACPI power button
+//!   when the guest listens to it (its ACPI driver enabled the power button event: a systemd
+//!   guest powers off), else ctrl-alt-del through the i8042 (the ACPI-free path: guests without
+//!   ACPI, such as the test guests); [`Vmm::shutdown`] waits a grace period for it, then stops
+//!   the VM.
 //! * [`Vmm::stop`] stops the vCPUs at once; [`Vmm::wait`] waits for the guest to stop by itself.
 //!   Both return the [`VmExit`]: the first reason recorded (guest power-off, reset, triple
 //!   fault, error, or [`VmExit::Stopped`] when the host stopped it).
@@ -21,10 +24,11 @@ use crate::vstate::memory::GuestMemoryMmap;
 use log::warn;
 use vmm_sys_util::signal::Killable;
 
+use crate::builder::pci::PciMachine;
 use crate::devices::legacy::i8042::I8042;
 use crate::devices::legacy::serial::SerialDevice;
 use crate::devices::virtio::block::DiskHandle;
-use crate::devices::virtio::mmio::MmioTransport;
+use crate::devices::virtio::transport::VirtioTransport;
 use crate::lifecycle::{Requested, ResetPolicy, RunControl, VmExit};
 use crate::vstate::vcpu::{kick_signal, SharedVcpuFd};
 use crate::vstate::vm::Vm;
@@ -54,7 +58,18 @@ pub enum LifecycleError {
 pub(crate) struct Devices {
     pub serial: Arc<Mutex<SerialDevice>>,
     pub i8042: Arc<Mutex<I8042>>,
-    pub virtio: Vec<Arc<Mutex<MmioTransport>>>,
+    pub virtio: Vec<Arc<Mutex<dyn VirtioTransport>>>,
+    /// The PCI root bus, ACPI PM and interrupt routing (PCI machine only).
+    pub pci: Option<Arc<PciMachine>>,
+}
+
+/// How [`Vmm::request_shutdown`] asked the guest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShutdownRequest {
+    /// The ACPI power button (the guest enabled its event).
+    PowerButton,
+    /// Ctrl-alt-del on the i8042.
+    CtrlAltDel,
 }
 
 /// The vCPU threads, shared by the [`Vmm`] and its reset thread (which kicks them).
@@ -260,13 +275,24 @@ impl Vmm {
         self.control.lock().policy = policy;
     }
 
-    /// Asks the guest to shut down (ctrl-alt-del on the i8042).
-    pub fn request_shutdown(&self) {
+    /// Asks the guest to shut down: the ACPI power button if the guest listens to it, else
+    /// ctrl-alt-del on the i8042.
+    pub fn request_shutdown(&self) -> ShutdownRequest {
+        if let Some(pci) = &self.devices.pci {
+            let pm = pci.acpi_pm();
+            if pm.power_button_enabled() {
+                pm.press_power_button();
+                log::info!("shutdown: pressed the ACPI power button");
+                return ShutdownRequest::PowerButton;
+            }
+        }
         self.devices
             .i8042
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .ctrl_alt_del();
+        log::info!("shutdown: sent ctrl-alt-del");
+        ShutdownRequest::CtrlAltDel
     }
 
     /// Graceful shutdown: asks the guest, waits up to `grace`, then stops the VM.

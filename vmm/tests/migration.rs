@@ -636,7 +636,7 @@ fn two_vmm_processes_migrate_over_a_unix_socket() {
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_vmm"))
             .arg("--kernel")
             .arg(&kernel)
-            .args(["--memory", "64", "--rng", "--serial"])
+            .args(["--memory", "64", "--rng", "--transport", "mmio", "--serial"])
             .arg(format!("file:{}", serial.display()))
             .args(extra)
             .stderr(stderr)

@@ -28,7 +28,7 @@ use guest_images::{NoCloudSeed, SeedFormat, READY_MARKER};
 use vmm::capability::{self, KvmCapability};
 use vmm::config::{
     ConsoleConfig, CpusConfig, DiskConfig, MemoryConfig, NetConfig, PayloadConfig, RngConfig,
-    VmConfig,
+    Transport, VmConfig,
 };
 use vmm::lifecycle::VmExit;
 use vmm::vmm::Vmm;
@@ -142,6 +142,8 @@ fn linux(serial: &Path) -> VmConfig {
         serial: ConsoleConfig::File {
             path: serial.to_path_buf(),
         },
+        // Our kernel has virtio-mmio and no virtio-pci driver.
+        transport: Transport::Mmio,
         ..VmConfig::default()
     }
 }
@@ -621,6 +623,8 @@ fn sigterm_to_the_vmm_command_shuts_the_linux_guest_down() {
                 "console=ttyS0 panic=-1 root=ram",
                 "--memory",
                 "256",
+                "--transport",
+                "mmio",
             ])
             .arg("--serial")
             .arg(format!("file:{}", serial.display()))

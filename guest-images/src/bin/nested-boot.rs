@@ -104,6 +104,8 @@ fn spawn(backend: Backend, args: &Args, serial: &Path) -> std::io::Result<Child>
                 .arg(&args.initramfs)
                 .args(["--cmdline", CMDLINE])
                 .args(["--memory", &args.memory_mib.to_string()])
+                // Our kernel has virtio-mmio and no virtio-pci driver.
+                .args(["--transport", "mmio"])
                 .arg("--serial")
                 .arg(format!("file:{}", serial.display()));
             c

@@ -13,6 +13,15 @@ const KERNEL_HDR_MAGIC: u32 = 0x5372_6448; // "HdrS"
 const KERNEL_LOADER_OTHER: u8 = 0xff;
 const KERNEL_MIN_ALIGNMENT_BYTES: u32 = 0x0100_0000;
 const E820_RAM: u32 = 1;
+const E820_RESERVED: u32 = 2;
+
+/// What the PCI machine adds to the zero page: ranges the e820 map reports as reserved (the
+/// ECAM window, so Linux trusts MMCONFIG) and where the RSDP is.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PlatformInfo {
+    pub reserved: Vec<(u64, u64)>,
+    pub acpi_rsdp: Option<u64>,
+}
 
 /// The initramfs as loaded in guest memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,6 +48,7 @@ pub fn write_zero_page(
     bzimage_header: Option<setup_header>,
     cmdline_size: usize,
     initramfs: Option<InitramfsRange>,
+    platform: &PlatformInfo,
 ) -> Result<(), ZeroPageError> {
     let mut params = boot_params::default();
     if let Some(hdr) = bzimage_header {
@@ -58,22 +68,32 @@ pub fn write_zero_page(
         params.hdr.ramdisk_image = address;
         params.hdr.ramdisk_size = size;
     }
-    let mut e820 = vec![(0, EBDA_START)];
+    if let Some(rsdp) = platform.acpi_rsdp {
+        params.acpi_rsdp_addr = rsdp;
+    }
+    let mut e820 = vec![(0, EBDA_START, E820_RAM)];
     for (start, size) in ram_ranges(memory_size) {
         let end = start + size;
         let start = start.max(HIMEM_START);
         if end > start {
-            e820.push((start, end - start));
+            e820.push((start, end - start, E820_RAM));
         }
     }
+    e820.extend(
+        platform
+            .reserved
+            .iter()
+            .map(|(a, s)| (*a, *s, E820_RESERVED)),
+    );
+    e820.sort_unstable();
     if e820.len() > params.e820_table.len() {
         return Err(ZeroPageError::E820TooLong(params.e820_table.len()));
     }
-    for (slot, (addr, size)) in params.e820_table.iter_mut().zip(&e820) {
+    for (slot, (addr, size, kind)) in params.e820_table.iter_mut().zip(&e820) {
         *slot = boot_e820_entry {
             addr: *addr,
             size: *size,
-            r#type: E820_RAM,
+            r#type: *kind,
         };
     }
     params.e820_entries = e820.len() as u8;
@@ -93,13 +113,41 @@ mod tests {
             address: 0x300_0000,
             size: 0x1000,
         };
-        write_zero_page(&mem, size as u64, None, 10, Some(initramfs)).unwrap();
+        write_zero_page(
+            &mem,
+            size as u64,
+            None,
+            10,
+            Some(initramfs),
+            &PlatformInfo::default(),
+        )
+        .unwrap();
         let params: boot_params = mem.read_obj(GuestAddress(ZERO_PAGE_START)).unwrap();
         assert_eq!(params.e820_entries, 2);
+        let rsdp = params.acpi_rsdp_addr;
+        assert_eq!(rsdp, 0, "no ACPI");
         let (addr, len) = (params.e820_table[1].addr, params.e820_table[1].size);
         assert_eq!((addr, len), (HIMEM_START, size as u64 - HIMEM_START));
         let (image, cmdline) = (params.hdr.ramdisk_image, params.hdr.cmd_line_ptr);
         assert_eq!(image, 0x300_0000);
         assert_eq!(cmdline, CMDLINE_START as u32);
+    }
+
+    #[test]
+    fn the_pci_machine_reserves_ecam_and_points_at_the_rsdp() {
+        let size = 64 << 20;
+        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), size)]).unwrap();
+        let platform = PlatformInfo {
+            reserved: vec![(0xe000_0000, 1 << 20)],
+            acpi_rsdp: Some(0xe_0000),
+        };
+        write_zero_page(&mem, size as u64, None, 10, None, &platform).unwrap();
+        let params: boot_params = mem.read_obj(GuestAddress(ZERO_PAGE_START)).unwrap();
+        assert_eq!(params.e820_entries, 3);
+        let ecam = params.e820_table[2];
+        let (addr, len, kind) = (ecam.addr, ecam.size, ecam.r#type);
+        assert_eq!((addr, len, kind), (0xe000_0000, 1 << 20, E820_RESERVED));
+        let rsdp = params.acpi_rsdp_addr;
+        assert_eq!(rsdp, 0xe_0000);
     }
 }

@@ -1,9 +1,14 @@
 //! An address bus: devices registered on non-overlapping ranges; an access is routed to the
 //! device whose range holds it, with the offset inside that range. The vCPU loop owns one bus
 //! for port I/O and one for MMIO and only routes exits to them.
+//!
+//! Devices can come and go while the VM runs (a PCI BAR the guest moves is removed at its old
+//! address and inserted at the new one), so the map sits behind a lock. The lock is held only to
+//! find the device: the access itself runs with the map unlocked, so a device may change the
+//! bus it sits on (a PCI configuration write through ECAM that moves a BAR).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// A device on a bus. Accesses carry the offset from the device's base.
 pub trait BusDevice: Send {
@@ -18,12 +23,13 @@ pub enum BusError {
     Overlap { base: u64, len: u64 },
 }
 
-type SharedDevice = Arc<Mutex<dyn BusDevice>>;
+/// A device as the bus holds it.
+pub type SharedDevice = Arc<Mutex<dyn BusDevice>>;
 
 /// Devices by base address.
 #[derive(Default)]
 pub struct Bus {
-    devices: BTreeMap<u64, (u64, SharedDevice)>,
+    devices: RwLock<BTreeMap<u64, (u64, SharedDevice)>>,
 }
 
 impl Bus {
@@ -32,24 +38,35 @@ impl Bus {
     }
 
     /// Registers `device` at `base..base + len`.
-    pub fn insert(&mut self, device: SharedDevice, base: u64, len: u64) -> Result<(), BusError> {
+    pub fn insert(&self, device: SharedDevice, base: u64, len: u64) -> Result<(), BusError> {
         let overlap = || BusError::Overlap { base, len };
         let end = base
             .checked_add(len)
             .filter(|_| len > 0)
             .ok_or_else(overlap)?;
-        if let Some((prev_base, (prev_len, _))) = self.devices.range(..end).next_back() {
+        let mut devices = self.devices.write().unwrap_or_else(|e| e.into_inner());
+        if let Some((prev_base, (prev_len, _))) = devices.range(..end).next_back() {
             if prev_base + prev_len > base {
                 return Err(overlap());
             }
         }
-        self.devices.insert(base, (len, device));
+        devices.insert(base, (len, device));
         Ok(())
     }
 
-    fn find(&self, addr: u64) -> Option<(u64, &SharedDevice)> {
-        let (base, (len, device)) = self.devices.range(..=addr).next_back()?;
-        (addr - base < *len).then_some((addr - base, device))
+    /// Removes the device registered at `base`; returns whether there was one.
+    pub fn remove(&self, base: u64) -> bool {
+        self.devices
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&base)
+            .is_some()
+    }
+
+    fn find(&self, addr: u64) -> Option<(u64, SharedDevice)> {
+        let devices = self.devices.read().unwrap_or_else(|e| e.into_inner());
+        let (base, (len, device)) = devices.range(..=addr).next_back()?;
+        (addr - base < *len).then(|| (addr - base, device.clone()))
     }
 
     /// Routes a read; returns false when no device is there.
@@ -97,7 +114,7 @@ mod tests {
 
     #[test]
     fn routing_and_overlaps() {
-        let mut bus = Bus::new();
+        let bus = Bus::new();
         bus.insert(Arc::new(Mutex::new(Echo(10))), 0x100, 0x10)
             .unwrap();
         assert!(bus.insert(Arc::new(Mutex::new(Echo(0))), 0x108, 4).is_err());
@@ -116,5 +133,47 @@ mod tests {
         assert_eq!(b[0], 6);
         assert!(!bus.read(0x120, &mut b));
         assert!(!bus.write(0x0, &b));
+    }
+
+    #[test]
+    fn a_removed_device_leaves_its_range_free() {
+        let bus = Bus::new();
+        let device: SharedDevice = Arc::new(Mutex::new(Echo(1)));
+        bus.insert(device.clone(), 0x1000, 0x100).unwrap();
+        assert!(bus.remove(0x1000));
+        assert!(!bus.remove(0x1000));
+        let mut b = [0u8; 1];
+        assert!(!bus.read(0x1000, &mut b));
+        bus.insert(device, 0x2000, 0x100).unwrap();
+        assert!(bus.read(0x2001, &mut b));
+        assert_eq!(b[0], 2);
+    }
+
+    /// A device that moves itself on the bus while it handles an access (an ECAM write that
+    /// relocates a BAR) must not deadlock.
+    #[test]
+    fn a_device_can_change_its_own_bus_during_an_access() {
+        struct Mover(std::sync::Weak<Bus>);
+        impl BusDevice for Mover {
+            fn read(&mut self, _offset: u64, data: &mut [u8]) {
+                data.fill(7);
+            }
+            fn write(&mut self, _offset: u64, _data: &[u8]) {
+                let bus = self.0.upgrade().unwrap();
+                bus.insert(Arc::new(Mutex::new(Echo(30))), 0x9000, 0x10)
+                    .unwrap();
+            }
+        }
+        let bus = Arc::new(Bus::new());
+        bus.insert(
+            Arc::new(Mutex::new(Mover(Arc::downgrade(&bus)))),
+            0x100,
+            0x10,
+        )
+        .unwrap();
+        assert!(bus.write(0x100, &[1]));
+        let mut b = [0u8; 1];
+        assert!(bus.read(0x9000, &mut b));
+        assert_eq!(b[0], 30);
     }
 }

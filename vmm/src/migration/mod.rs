@@ -15,10 +15,12 @@
 //!
 //! 1. source -> target `HELLO`: RAM ranges (count u32, then start u64 + length u64 each), vCPU
 //!    count (u32), virtio device types in slot order (count u32, then u32 each), paused (u8),
-//!    the disks whose content is copied (count u32, then slot u32 + size u64 each).
+//!    the disks whose content is copied (count u32, then slot u32 + size u64 each), and for the
+//!    PCI machine a last byte 1 (a virtio-mmio HELLO ends before it, as in earlier versions).
 //! 2. target -> source `REPLY`: code (u8: 0 accepted, 1 ready, 2 refused) and a message. The
-//!    target refuses a stream of another version, another memory layout, vCPU count or device
-//!    list, saying which; the source then returns [`SendError::Refused`] and keeps running.
+//!    target refuses a stream of another version, another memory layout, vCPU count, device
+//!    list or transport, saying which; the source then returns [`SendError::Refused`] and keeps
+//!    running.
 //! 3. source -> target `MEMORY` sections, round by round: round (u32), then runs of
 //!    `gpa u64, pages u32, pages * 4096 bytes`. Round 0 is all of guest memory except pages
 //!    that are all zero (the target's fresh memory is zero); KVM dirty logging
@@ -36,7 +38,11 @@
 //!    that it has a writable disk of the same size in that slot, writes the blocks into its own
 //!    file and flushes it before it reports ready.
 //! 4. source -> target `STATE`: the VM (PICs, IOAPIC, PIT, KVM clock), each vCPU (see
-//!    [`state`]), COM1, the i8042 and each virtio-mmio transport; then `END`.
+//!    [`state`]), COM1, the i8042 and each virtio transport; on the PCI machine each device's
+//!    configuration space, vectors and MSI-X table and PBA, then the host bridge and the ACPI
+//!    PM registers ([`pci_state`]); then `END`. The target maps the BARs where the source's
+//!    guest had put them, routes the MSI-X vectors again and raises the level-triggered lines
+//!    that still have something pending.
 //! 5. target -> source `REPLY` ready: the target has restored everything; it then runs (unless
 //!    the source was paused) and the source stops. Any other reply, or none, and the source
 //!    resumes. A ready reply lost on the way leaves both running: which one goes on is the
@@ -49,6 +55,7 @@
 //! but not yet delivered do not travel (the target opens its own tap and vsock socket from its
 //! config). Read-only disks are not copied: the target must have the same image.
 
+pub mod pci_state;
 pub mod state;
 pub mod wire;
 
@@ -63,7 +70,7 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryError, Guest
 use crate::builder::{build_machine, Machine, StartVmError};
 use crate::config::VmConfig;
 use crate::devices::virtio::block::{DiskHandle, DIRTY_BLOCK};
-use crate::devices::virtio::mmio::MmioTransport;
+use crate::devices::virtio::transport::{TransportSnapshot, VirtioTransport};
 use crate::lifecycle::Requested;
 use crate::vmm::{VmState, Vmm};
 use crate::vstate::memory::{
@@ -177,6 +184,11 @@ pub enum ReceiveError {
         source_vcpus: u32,
         target_vcpus: u32,
     },
+    #[error("transport mismatch: the source's virtio devices are on {source_transport}, this VM's on {target_transport}")]
+    TransportMismatch {
+        source_transport: &'static str,
+        target_transport: &'static str,
+    },
     #[error("virtio device mismatch: the source has types {source_devices:?}, this VM {target_devices:?}")]
     DeviceMismatch {
         source_devices: Vec<u32>,
@@ -206,8 +218,10 @@ pub enum ReceiveError {
     #[error("restore virtio device {0}")]
     RestoreDevice(
         usize,
-        #[source] crate::devices::virtio::mmio::RestoreTransportError,
+        #[source] crate::devices::virtio::transport::RestoreTransportError,
     ),
+    #[error("restore the PCI host bridge: {0}")]
+    RestoreHostBridge(String),
     #[error("start the vCPUs")]
     Start(#[source] StartVmError),
 }
@@ -243,6 +257,16 @@ struct Hello {
     paused: bool,
     /// Copied disks: (virtio slot, size in bytes).
     disks: Vec<(u32, u64)>,
+    /// The virtio devices are on PCI.
+    pci: bool,
+}
+
+fn transport_name(pci: bool) -> &'static str {
+    if pci {
+        "pci"
+    } else {
+        "mmio"
+    }
 }
 
 impl Hello {
@@ -261,6 +285,9 @@ impl Hello {
         for (slot, size) in &self.disks {
             e.u32(*slot).u64(*size);
         }
+        if self.pci {
+            e.u8(1);
+        }
         e.0
     }
 
@@ -278,6 +305,7 @@ impl Hello {
         let disks = (0..n)
             .map(|_| Ok((d.u32()?, d.u64()?)))
             .collect::<Result<Vec<_>, WireError>>()?;
+        let pci = !d.is_empty() && d.u8()? == 1;
         d.finish()?;
         Ok(Hello {
             ranges,
@@ -285,20 +313,16 @@ impl Hello {
             devices,
             paused,
             disks,
+            pci,
         })
     }
 }
 
 /// The virtio device type of each transport, in slot order.
-fn device_types(virtio: &[Arc<Mutex<MmioTransport>>]) -> Vec<u32> {
+fn device_types(virtio: &[Arc<Mutex<dyn VirtioTransport>>]) -> Vec<u32> {
     virtio
         .iter()
-        .map(|t| {
-            t.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .state()
-                .device_type
-        })
+        .map(|t| t.lock().unwrap_or_else(|e| e.into_inner()).device_type())
         .collect()
 }
 
@@ -619,6 +643,7 @@ impl Vmm {
             devices: device_types(&self.devices.virtio),
             paused: was_paused,
             disks: Vec::new(),
+            pci: self.devices.pci.is_some(),
         };
         let mut disks: Vec<CopiedDisk> = Vec::new();
         for (slot, transport) in self.devices.virtio.iter().enumerate() {
@@ -765,8 +790,19 @@ impl Vmm {
         e.bytes(&state::encode_i8042(&i8042));
         e.u32(self.devices.virtio.len() as u32);
         for transport in &self.devices.virtio {
-            let t = transport.lock().unwrap_or_else(|e| e.into_inner()).state();
-            e.bytes(&state::encode_transport(&t));
+            let snapshot = transport
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .snapshot();
+            match snapshot {
+                TransportSnapshot::Mmio(t) => e.bytes(&state::encode_transport(&t)),
+                TransportSnapshot::Pci(t) => e.bytes(&pci_state::encode_pci_transport(&t)),
+            };
+        }
+        if let Some(pci) = &self.devices.pci {
+            let host_bridge = pci.root().host_bridge_state();
+            let pm = pci.acpi_pm().state();
+            e.bytes(&pci_state::encode_platform(&host_bridge, &pm));
         }
         Ok(e.0)
     }
@@ -883,6 +919,13 @@ fn check_hello(machine: &Machine, hello: &Hello) -> Result<(), ReceiveError> {
         return Err(ReceiveError::VcpuMismatch {
             source_vcpus: hello.vcpus,
             target_vcpus: u32::from(machine.vcpu_count),
+        });
+    }
+    let pci = machine.pci.is_some();
+    if hello.pci != pci {
+        return Err(ReceiveError::TransportMismatch {
+            source_transport: transport_name(hello.pci),
+            target_transport: transport_name(pci),
         });
     }
     let devices = device_types(&machine.virtio);
@@ -1031,12 +1074,27 @@ fn restore_machine(machine: Machine, state: &[u8]) -> Result<Vmm, ReceiveError> 
             .into());
     }
     for (i, transport) in machine.virtio.iter().enumerate() {
-        let t = state::decode_transport(d.bytes()?, i)?;
+        let snapshot = match machine.pci {
+            None => TransportSnapshot::Mmio(state::decode_transport(d.bytes()?, i)?),
+            Some(_) => {
+                TransportSnapshot::Pci(Box::new(pci_state::decode_pci_transport(d.bytes()?, i)?))
+            }
+        };
         transport
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .restore(&t)
+            .restore(&snapshot)
             .map_err(|e| ReceiveError::RestoreDevice(i, e))?;
+    }
+    if let Some(pci) = &machine.pci {
+        let (host_bridge, pm) = pci_state::decode_platform(d.bytes()?)?;
+        let mut root = pci.root();
+        root.restore_host_bridge(&host_bridge)
+            .map_err(ReceiveError::RestoreHostBridge)?;
+        root.sync_all();
+        drop(root);
+        pci.acpi_pm().restore(&pm);
+        pci.resampler.raise_pending();
     }
     d.finish()?;
     machine.control.lock().requested = Requested::Pause;
@@ -1055,6 +1113,7 @@ mod tests {
             devices: vec![2, 4],
             paused: true,
             disks: vec![(0, 1 << 20)],
+            pci: false,
         };
         let back = Hello::decode(&hello.encode()).unwrap();
         assert_eq!(back.ranges, hello.ranges);
@@ -1062,8 +1121,15 @@ mod tests {
         assert_eq!(back.devices, vec![2, 4]);
         assert!(back.paused);
         assert_eq!(back.disks, vec![(0, 1 << 20)]);
+        assert!(!back.pci);
         let bytes = hello.encode();
         assert!(Hello::decode(&bytes[..bytes.len() - 1]).is_err());
+        // The PCI machine adds one byte; a virtio-mmio HELLO is the one of earlier versions.
+        let pci = Hello { pci: true, ..hello };
+        let pci_bytes = pci.encode();
+        assert_eq!(pci_bytes.len(), bytes.len() + 1);
+        assert_eq!(&pci_bytes[..bytes.len()], &bytes[..]);
+        assert!(Hello::decode(&pci_bytes).unwrap().pci);
     }
 
     #[test]

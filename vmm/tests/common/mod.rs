@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use vmm::config::{ConsoleConfig, MemoryConfig, PayloadConfig, VmConfig};
+use vmm::config::{ConsoleConfig, MemoryConfig, PayloadConfig, Transport, VmConfig};
 use vmm::lifecycle::VmExit;
 use vmm::vmm::Vmm;
 
@@ -60,7 +60,8 @@ impl Drop for Scratch {
     }
 }
 
-/// A config for guest `name` with 64 MiB and the serial port logged to `serial`.
+/// A config for guest `name` with 64 MiB and the serial port logged to `serial`, its virtio
+/// devices on virtio-mmio (the test guests drive virtio-mmio, and have no ACPI).
 pub fn config(name: &str, serial: &Path) -> VmConfig {
     VmConfig {
         payload: PayloadConfig {
@@ -72,6 +73,7 @@ pub fn config(name: &str, serial: &Path) -> VmConfig {
         serial: ConsoleConfig::File {
             path: serial.to_path_buf(),
         },
+        transport: Transport::Mmio,
         ..VmConfig::default()
     }
 }
@@ -137,14 +139,14 @@ pub fn counts(log: &str) -> Vec<u64> {
 }
 
 /// Starts the standalone `vmm` command on guest `name` with 32 MiB, its serial port logged to
-/// `serial`, `extra` arguments, and stderr captured.
+/// `serial`, virtio-mmio, `extra` arguments, and stderr captured.
 pub fn spawn_vmm(name: &str, serial: &Path, extra: &[&str]) -> std::process::Child {
     std::process::Command::new(env!("CARGO_BIN_EXE_vmm"))
         .arg("--kernel")
         .arg(guest(name))
         .arg("--serial")
         .arg(format!("file:{}", serial.display()))
-        .args(["--memory", "32"])
+        .args(["--memory", "32", "--transport", "mmio"])
         .args(extra)
         .stderr(std::process::Stdio::piped())
         .spawn()

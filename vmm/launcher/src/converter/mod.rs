@@ -20,7 +20,7 @@ pub mod rng;
 mod fixture_tests;
 
 use api::VirtualMachineInstance;
-use vmm::config::{ValidationError, VmConfig};
+use vmm::config::{Transport, ValidationError, VmConfig};
 
 pub use host::HostFacts;
 
@@ -92,6 +92,10 @@ pub fn convert(vmi: &VirtualMachineInstance, facts: &HostFacts) -> Result<VmConf
         console: console::virtio_console(spec),
         rng: rng::rng(spec),
         vsock: console::vsock(vmi, facts),
+        // Both kernels the converter boots today (the bundled one, a kernelBoot container's)
+        // find their devices through `virtio_mmio.device=`; a stock distro kernel from the
+        // user's own disk needs Transport::Pci.
+        transport: Transport::Mmio,
     };
     config.validate().map_err(ConvertError::Config)?;
     Ok(config)

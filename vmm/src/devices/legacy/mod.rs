@@ -1,6 +1,7 @@
 //! Legacy port-I/O devices: the 16550 UART, the i8042 keyboard controller (reset and
-//! ctrl-alt-del) and the power-off port.
+//! ctrl-alt-del), the power-off port and the ACPI PM registers (power button, S5, reset).
 
+pub mod acpi_pm;
 pub mod i8042;
 pub mod power_off;
 pub mod serial;

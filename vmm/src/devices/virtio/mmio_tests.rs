@@ -8,7 +8,7 @@ use vmm_sys_util::eventfd::EventFd;
 
 use super::*;
 use crate::devices::virtio::test_utils::*;
-use crate::devices::virtio::ActivateError;
+use crate::devices::virtio::{ActivateError, Activation, VIRTIO_F_VERSION_1};
 
 struct Dummy {
     activations: Arc<AtomicUsize>,

@@ -16,9 +16,11 @@ pub mod block;
 pub mod chain;
 pub mod mmio;
 pub mod net;
+pub mod pci;
 pub mod rng;
 #[cfg(test)]
 pub mod test_utils;
+pub mod transport;
 pub mod vsock;
 pub mod worker;
 
@@ -37,58 +39,98 @@ pub const TYPE_NET: u32 = 1;
 pub const TYPE_BLOCK: u32 = 2;
 pub const TYPE_RNG: u32 = 4;
 
-/// Interrupt status bits.
-const INT_USED_RING: u32 = 1;
-const INT_CONFIG: u32 = 2;
+/// Interrupt status bits (the virtio-mmio InterruptStatus register, the virtio-pci ISR).
+pub const INT_USED_RING: u32 = 1;
+pub const INT_CONFIG: u32 = 2;
 
-/// A device's interrupt line (a KVM irqfd), its interrupt status register and whether the
-/// device is broken. Shared by the transport and the device's worker.
-pub struct Interrupt {
-    evt: EventFd,
-    status: AtomicU32,
-    broken: AtomicBool,
+/// How a transport delivers a device's interrupts: virtio-mmio has one edge-triggered line for
+/// everything; virtio-pci has an MSI-X vector per queue and one for configuration changes, or
+/// its INTx line when the driver did not enable MSI-X. [`Interrupt`] sets the status bits before
+/// it calls these.
+pub trait InterruptDelivery: Send + Sync {
+    /// The device put buffers in the used ring of queue `queue`.
+    fn used_queue(&self, queue: u16);
+    /// The device's configuration (or its status: DEVICE_NEEDS_RESET) changed.
+    fn config_changed(&self);
 }
 
-impl Interrupt {
-    pub fn new(evt: EventFd) -> Self {
-        Interrupt {
-            evt,
-            status: AtomicU32::new(0),
-            broken: AtomicBool::new(false),
-        }
-    }
+/// One KVM irqfd for every interrupt of the device (virtio-mmio).
+pub struct IrqfdDelivery(EventFd);
 
-    fn raise(&self, bit: u32) {
-        self.status.fetch_or(bit, Ordering::SeqCst);
-        if let Err(e) = self.evt.write(1) {
+impl InterruptDelivery for IrqfdDelivery {
+    fn used_queue(&self, _queue: u16) {
+        if let Err(e) = self.0.write(1) {
             warn!("virtio: raise interrupt: {e}");
         }
     }
 
-    /// The device put buffers in a used ring.
-    pub fn signal_used_queue(&self) {
-        self.raise(INT_USED_RING);
+    fn config_changed(&self) {
+        self.used_queue(0);
+    }
+}
+
+/// A device's interrupts as its worker raises them: the interrupt status register, whether the
+/// device is broken, and the transport's delivery. Shared by the transport and the worker.
+pub struct Interrupt {
+    status: AtomicU32,
+    broken: AtomicBool,
+    delivery: Box<dyn InterruptDelivery>,
+}
+
+impl Interrupt {
+    /// An interrupt delivered through one irqfd (virtio-mmio).
+    pub fn new(evt: EventFd) -> Self {
+        Interrupt::with_delivery(Box::new(IrqfdDelivery(evt)))
+    }
+
+    /// An interrupt delivered as `delivery` says.
+    pub fn with_delivery(delivery: Box<dyn InterruptDelivery>) -> Self {
+        Interrupt {
+            status: AtomicU32::new(0),
+            broken: AtomicBool::new(false),
+            delivery,
+        }
+    }
+
+    /// The device put buffers in the used ring of queue `queue`.
+    pub fn signal_used_queue(&self, queue: u16) {
+        self.status.fetch_or(INT_USED_RING, Ordering::SeqCst);
+        self.delivery.used_queue(queue);
+    }
+
+    /// The device's configuration changed.
+    pub fn signal_config(&self) {
+        self.status.fetch_or(INT_CONFIG, Ordering::SeqCst);
+        self.delivery.config_changed();
     }
 
     /// Marks the device broken: it needs a reset by the driver.
     pub fn mark_broken(&self) {
         self.broken.store(true, Ordering::SeqCst);
-        self.raise(INT_CONFIG);
+        self.signal_config();
     }
 
     pub fn is_broken(&self) -> bool {
         self.broken.load(Ordering::SeqCst)
     }
 
-    fn status(&self) -> u32 {
+    /// The interrupt status register.
+    pub fn status(&self) -> u32 {
         self.status.load(Ordering::SeqCst)
     }
 
-    fn ack(&self, bits: u32) {
+    /// Clears `bits` of the status register (virtio-mmio InterruptACK).
+    pub fn ack(&self, bits: u32) {
         self.status.fetch_and(!bits, Ordering::SeqCst);
     }
 
-    fn clear(&self) {
+    /// Reads and clears the status register (the virtio-pci ISR, read-to-clear).
+    pub fn take_status(&self) -> u32 {
+        self.status.swap(0, Ordering::SeqCst)
+    }
+
+    /// Clears the status register and the broken flag (a device reset).
+    pub fn clear(&self) {
         self.status.store(0, Ordering::SeqCst);
         self.broken.store(false, Ordering::SeqCst);
     }
@@ -103,14 +145,9 @@ impl Interrupt {
         self.status.store(status, Ordering::SeqCst);
         self.broken.store(broken, Ordering::SeqCst);
     }
-
-    /// The eventfd, for registering as an irqfd.
-    pub fn eventfd(&self) -> &EventFd {
-        &self.evt
-    }
 }
 
-/// A virtio device behind the MMIO transport.
+/// A virtio device, behind either transport.
 pub trait VirtioDevice: Send {
     fn device_type(&self) -> u32;
     /// Maximum size of each queue; the length is the number of queues.
@@ -135,5 +172,53 @@ pub trait VirtioDevice: Send {
     /// The disk behind the device, for a live migration to copy (virtio-blk only).
     fn disk(&self) -> Option<block::DiskHandle> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// Records what the transport was asked to deliver.
+    #[derive(Default)]
+    struct Recorder(Arc<Mutex<Vec<Option<u16>>>>);
+
+    impl InterruptDelivery for Recorder {
+        fn used_queue(&self, queue: u16) {
+            self.0.lock().unwrap().push(Some(queue));
+        }
+        fn config_changed(&self) {
+            self.0.lock().unwrap().push(None);
+        }
+    }
+
+    #[test]
+    fn the_status_bits_are_set_before_delivery_and_the_queue_is_named() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let interrupt = Interrupt::with_delivery(Box::new(Recorder(seen.clone())));
+        interrupt.signal_used_queue(2);
+        assert_eq!(interrupt.status(), INT_USED_RING);
+        interrupt.mark_broken();
+        assert!(interrupt.is_broken());
+        assert_eq!(interrupt.status(), INT_USED_RING | INT_CONFIG);
+        assert_eq!(*seen.lock().unwrap(), vec![Some(2), None]);
+        assert_eq!(interrupt.take_status(), INT_USED_RING | INT_CONFIG);
+        assert_eq!(interrupt.status(), 0, "the ISR is read-to-clear");
+        interrupt.signal_config();
+        interrupt.ack(INT_CONFIG);
+        assert_eq!(interrupt.status(), 0);
+        interrupt.clear();
+        assert!(!interrupt.is_broken());
+    }
+
+    #[test]
+    fn the_mmio_interrupt_is_one_irqfd() {
+        let evt = EventFd::new(libc::EFD_NONBLOCK).unwrap();
+        let interrupt = Interrupt::new(evt.try_clone().unwrap());
+        interrupt.signal_used_queue(0);
+        interrupt.signal_used_queue(1);
+        interrupt.signal_config();
+        assert_eq!(evt.read().unwrap(), 3);
     }
 }

@@ -247,7 +247,7 @@ impl BlockWorker {
             }
         }
         if used_any {
-            self.interrupt.signal_used_queue();
+            self.interrupt.signal_used_queue(0);
         }
     }
 }

@@ -23,6 +23,9 @@ const QUEUE_SIZES: [u16; 2] = [256, 256];
 /// Queue event tokens are the queue indexes ([`queue_events`]).
 const RX_QUEUE_EVENT: u64 = 0;
 const TX_QUEUE_EVENT: u64 = 1;
+/// Queue indexes, as the interrupt is told which queue it is for.
+const RX_QUEUE: u16 = RX_QUEUE_EVENT as u16;
+const TX_QUEUE: u16 = TX_QUEUE_EVENT as u16;
 const TAP_EVENT: u64 = 2;
 
 /// A virtio-net device on a tap.
@@ -84,7 +87,7 @@ impl NetWorker {
             used_any = true;
         }
         if used_any {
-            self.interrupt.signal_used_queue();
+            self.interrupt.signal_used_queue(TX_QUEUE);
         }
     }
 
@@ -130,7 +133,7 @@ impl NetWorker {
             used_any = true;
         }
         if used_any {
-            self.interrupt.signal_used_queue();
+            self.interrupt.signal_used_queue(RX_QUEUE);
         }
     }
 

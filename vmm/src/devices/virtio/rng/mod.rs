@@ -117,7 +117,7 @@ impl RngWorker {
             used_any = true;
         }
         if used_any {
-            self.interrupt.signal_used_queue();
+            self.interrupt.signal_used_queue(0);
         }
     }
 }

@@ -28,6 +28,9 @@ const QUEUE_SIZES: [u16; 3] = [256, 256, 256];
 const RX_QUEUE_EVENT: u64 = 0;
 const TX_QUEUE_EVENT: u64 = 1;
 const EVENT_QUEUE_EVENT: u64 = 2;
+/// Queue indexes, as the interrupt is told which queue it is for.
+const RX_QUEUE: u16 = RX_QUEUE_EVENT as u16;
+const TX_QUEUE: u16 = TX_QUEUE_EVENT as u16;
 const LISTENER_EVENT: u64 = 3;
 
 /// A virtio-vsock device whose host side is a unix socket.
@@ -85,7 +88,7 @@ impl VsockWorker {
             used_any = true;
         }
         if used_any {
-            self.interrupt.signal_used_queue();
+            self.interrupt.signal_used_queue(TX_QUEUE);
         }
     }
 
@@ -128,7 +131,7 @@ impl VsockWorker {
             used_any = true;
         }
         if used_any {
-            self.interrupt.signal_used_queue();
+            self.interrupt.signal_used_queue(RX_QUEUE);
         }
     }
 

@@ -3,15 +3,20 @@
 //! 1. validate the config;
 //! 2. map guest memory, create the KVM VM (memory slots, TSS, irqchip, PIT);
 //! 3. legacy devices on the I/O bus: COM1 (irq 4) to its console, i8042 (irq 1), power-off port;
-//! 4. virtio-mmio devices on the MMIO bus, in order disks, nets, rng, vsock: device `i` at
-//!    `0xd0000000 + i * 0x1000`, irq `5 + i`, each queue's notify register bound to an eventfd
-//!    (KVM ioeventfd with the queue index as datamatch), the interrupt to an irqfd;
-//! 5. load the kernel, initramfs and command line (with the virtio-mmio entries), write the zero
-//!    page, GDT and page tables;
+//! 4. the virtio devices, in order disks, nets, rng, vsock, on the configured transport:
+//!    * mmio: device `i` at `0xd0000000 + i * 0x1000`, irq `5 + i`, each queue's notify register
+//!      bound to an eventfd (KVM ioeventfd with the queue index as datamatch), the interrupt to
+//!      an irqfd;
+//!    * pci: the PCI root bus with device `i` in slot `i + 1`, MSI-X and INTx, the ACPI PM
+//!      registers and the ACPI tables ([`pci`]);
+//! 5. load the kernel, initramfs and command line (with the virtio-mmio entries), write the ACPI
+//!    tables (pci), the zero page, GDT and page tables;
 //! 6. create and configure the vCPUs, then start one thread each, and the reset thread.
 //!
 //! Steps 2 and 6 also save the power-on state of the interrupt controllers and of each vCPU, to
 //! which a reset in place ([`crate::reset`]) returns before it repeats step 5.
+
+pub(crate) mod pci;
 
 use std::fs::{File, OpenOptions};
 use std::path::PathBuf;
@@ -21,10 +26,13 @@ use crate::vstate::memory::GuestMemoryMmap;
 use kvm_ioctls::IoEventAddress;
 use vmm_sys_util::eventfd::EventFd;
 
-use crate::arch::boot_params::{write_zero_page, ZeroPageError};
+use crate::acpi::{AcpiError, AcpiTables};
+use crate::arch::boot_params::{write_zero_page, PlatformInfo, ZeroPageError};
 use crate::arch::regs::{write_boot_tables, WriteBootTablesError};
-use crate::arch::{LAST_IRQ, VIRTIO_FIRST_IRQ, VIRTIO_MMIO_SIZE, VIRTIO_MMIO_START};
-use crate::config::{parse_mac, PayloadConfig, ValidationError, VmConfig};
+use crate::arch::{
+    LAST_IRQ, PCI_ECAM_SIZE, PCI_ECAM_START, VIRTIO_FIRST_IRQ, VIRTIO_MMIO_SIZE, VIRTIO_MMIO_START,
+};
+use crate::config::{parse_mac, PayloadConfig, Transport, ValidationError, VmConfig};
 use crate::console::{Console, OpenConsoleError};
 use crate::devices::bus::{Bus, BusError};
 use crate::devices::legacy::i8042::I8042;
@@ -37,6 +45,7 @@ use crate::devices::virtio::mmio::{CreateTransportError, MmioTransport, REG_QUEU
 use crate::devices::virtio::net::tap::{Tap, TapError};
 use crate::devices::virtio::net::Net;
 use crate::devices::virtio::rng::Rng;
+use crate::devices::virtio::transport::VirtioTransport;
 use crate::devices::virtio::vsock::Vsock;
 use crate::devices::virtio::{Interrupt, VirtioDevice};
 use crate::lifecycle::{ResetPolicy, RunControl};
@@ -77,8 +86,22 @@ pub enum StartVmError {
     OpenRng(PathBuf, #[source] std::io::Error),
     #[error("bind vsock socket {0}")]
     Vsock(PathBuf, #[source] std::io::Error),
-    #[error("too many virtio devices: irq {0} is past the last IOAPIC pin")]
+    #[error("too many virtio devices: irq {0} is past the last IOAPIC pin (or GSI)")]
     TooManyDevices(u32),
+    #[error("set the GSI routing table")]
+    GsiRouting(#[source] std::io::Error),
+    #[error("no PCI slot left")]
+    PciSlots,
+    #[error("MSI-X vectors")]
+    Msix(#[source] crate::devices::pci::msix::MsixError),
+    #[error("register a level-triggered irqfd for GSI {0}")]
+    LevelIrqfd(u32, #[source] std::io::Error),
+    #[error("allocate a BAR")]
+    PciBar(#[source] crate::devices::pci::allocator::AllocError),
+    #[error("map BAR 0 of the device in PCI slot {0}")]
+    PciBarMap(u8),
+    #[error("ACPI tables")]
+    Acpi(#[source] AcpiError),
     #[error("virtio transport")]
     Transport(#[source] CreateTransportError),
     #[error("load kernel")]
@@ -107,17 +130,28 @@ fn irq_eventfd(vm: &Vm, irq: u32) -> Result<EventFd, StartVmError> {
     Ok(evt)
 }
 
+/// What step 5 writes besides the kernel, per transport.
+#[derive(Clone)]
+pub(crate) enum Platform {
+    /// The virtio-mmio windows and irqs, announced on the command line.
+    Mmio { slots: Vec<(u64, u32)> },
+    /// The ACPI tables; the e820 map reserves the ECAM window.
+    Pci { acpi: AcpiTables },
+}
+
 /// A VM with its memory, devices and buses, before its vCPUs exist: what booting and a
 /// migration target ([`crate::migration`]) have in common.
 pub(crate) struct Machine {
-    pub vm: Vm,
+    pub vm: Arc<Vm>,
     pub mem: GuestMemoryMmap,
     pub control: Arc<RunControl>,
     pub buses: (Arc<Bus>, Arc<Bus>),
     pub serial: Arc<Mutex<SerialDevice>>,
     pub i8042: Arc<Mutex<I8042>>,
-    pub virtio: Vec<Arc<Mutex<MmioTransport>>>,
-    pub virtio_slots: Vec<(u64, u32)>,
+    pub virtio: Vec<Arc<Mutex<dyn VirtioTransport>>>,
+    /// The PCI root bus, ACPI PM and interrupt routing (PCI machine only).
+    pub pci: Option<Arc<pci::PciMachine>>,
+    pub platform: Platform,
     pub vcpu_count: u8,
     console: Console,
     /// For a reset in place: the VM's power-on state and what step 5 loads.
@@ -140,7 +174,7 @@ pub fn build_and_boot_with(config: &VmConfig, policy: ResetPolicy) -> Result<Vmm
         &machine.mem,
         &config.payload,
         config.memory.size,
-        &machine.virtio_slots,
+        &machine.platform,
     )?;
     let vcpu_count = machine.vcpu_count;
     let vcpus = (0..vcpu_count)
@@ -160,12 +194,13 @@ pub fn build_and_boot_with(config: &VmConfig, policy: ResetPolicy) -> Result<Vmm
 }
 
 /// Step 5: loads the kernel, initramfs and command line (with the virtio-mmio entries), writes
-/// the zero page and boot tables; returns the kernel's 64-bit entry.
+/// the ACPI tables (PCI machine), the zero page and boot tables; returns the kernel's 64-bit
+/// entry.
 pub(crate) fn load_payload(
     mem: &GuestMemoryMmap,
     payload: &PayloadConfig,
     memory_size: u64,
-    virtio_slots: &[(u64, u32)],
+    platform: &Platform,
 ) -> Result<u64, StartVmError> {
     let kernel = loader::load_kernel(mem, &payload.kernel).map_err(StartVmError::LoadKernel)?;
     let initramfs = match &payload.initramfs {
@@ -174,6 +209,17 @@ pub(crate) fn load_payload(
                 .map_err(StartVmError::LoadInitramfs)?,
         ),
         None => None,
+    };
+    let (virtio_slots, info) = match platform {
+        Platform::Mmio { slots } => (slots.as_slice(), PlatformInfo::default()),
+        Platform::Pci { acpi } => {
+            acpi.write(mem).map_err(StartVmError::Acpi)?;
+            let info = PlatformInfo {
+                reserved: vec![(PCI_ECAM_START, PCI_ECAM_SIZE)],
+                acpi_rsdp: Some(acpi.rsdp),
+            };
+            (&[][..], info)
+        }
     };
     let cmdline =
         loader::build_cmdline(&payload.cmdline, virtio_slots).map_err(StartVmError::Cmdline)?;
@@ -184,6 +230,7 @@ pub(crate) fn load_payload(
         kernel.bzimage_header,
         cmdline_size,
         initramfs,
+        &info,
     )
     .map_err(StartVmError::ZeroPage)?;
     write_boot_tables(mem).map_err(StartVmError::BootTables)?;
@@ -195,12 +242,12 @@ pub(crate) fn build_machine(config: &VmConfig) -> Result<Machine, StartVmError> 
     config.validate().map_err(StartVmError::Validate)?;
 
     let mem = create_guest_memory(config.memory.size).map_err(StartVmError::Memory)?;
-    let vm = Vm::new(&mem).map_err(StartVmError::CreateVm)?;
+    let vm = Arc::new(Vm::new(&mem).map_err(StartVmError::CreateVm)?);
     let power_on_vm = save_vm(&vm.fd).map_err(StartVmError::PowerOnState)?;
     let vcpu_count = config.cpus.boot_vcpus;
     let control = Arc::new(RunControl::new(usize::from(vcpu_count)));
 
-    let mut pio = Bus::new();
+    let pio = Arc::new(Bus::new());
     let mut console = Console::open(&config.serial).map_err(StartVmError::Console)?;
     let serial = Arc::new(Mutex::new(SerialDevice::new(
         irq_eventfd(&vm, COM1_IRQ)?,
@@ -221,28 +268,48 @@ pub(crate) fn build_machine(config: &VmConfig) -> Result<Machine, StartVmError> 
     )
     .map_err(StartVmError::Bus)?;
 
-    let mut mmio = Bus::new();
-    let mut virtio_slots = Vec::new();
-    let mut virtio = Vec::new();
-    for device in virtio_devices(config)? {
-        let index = virtio_slots.len() as u64;
-        let base = VIRTIO_MMIO_START + index * VIRTIO_MMIO_SIZE;
-        let irq = VIRTIO_FIRST_IRQ + index as u32;
-        if irq > LAST_IRQ {
-            return Err(StartVmError::TooManyDevices(irq));
+    let mmio = Arc::new(Bus::new());
+    let devices = virtio_devices(config)?;
+    let (virtio, pci, platform) = match config.transport {
+        Transport::Mmio => {
+            let mut slots = Vec::new();
+            let mut virtio: Vec<Arc<Mutex<dyn VirtioTransport>>> = Vec::new();
+            for device in devices {
+                let index = slots.len() as u64;
+                let base = VIRTIO_MMIO_START + index * VIRTIO_MMIO_SIZE;
+                let irq = VIRTIO_FIRST_IRQ + index as u32;
+                if irq > LAST_IRQ {
+                    return Err(StartVmError::TooManyDevices(irq));
+                }
+                virtio.push(add_virtio_device(&vm, &mem, &mmio, device, base, irq)?);
+                slots.push((base, irq));
+            }
+            (virtio, None, Platform::Mmio { slots })
         }
-        virtio.push(add_virtio_device(&vm, &mem, &mut mmio, device, base, irq)?);
-        virtio_slots.push((base, irq));
-    }
+        Transport::Pci => {
+            let built = pci::build_pci(
+                &vm,
+                &mem,
+                (&pio, &mmio),
+                &control,
+                devices,
+                config.memory.size,
+                vcpu_count,
+            )?;
+            let platform = Platform::Pci { acpi: built.acpi };
+            (built.transports, Some(built.machine), platform)
+        }
+    };
     Ok(Machine {
         vm,
         mem,
         control,
-        buses: (Arc::new(pio), Arc::new(mmio)),
+        buses: (pio, mmio),
         serial,
         i8042,
         virtio,
-        virtio_slots,
+        pci,
+        platform,
         vcpu_count,
         console,
         power_on_vm,
@@ -266,9 +333,10 @@ impl Machine {
             serial: self.serial,
             i8042: self.i8042,
             virtio: self.virtio,
+            pci: self.pci,
         };
         let threads = Arc::new(VcpuThreads::default());
-        let vm = Arc::new(self.vm);
+        let vm = self.vm;
         let mut vmm = Vmm::new(
             self.control.clone(),
             threads.clone(),
@@ -300,7 +368,7 @@ impl Machine {
                 vcpus: power_on_vcpus,
                 payload: self.payload,
                 memory_size: self.memory_size,
-                virtio_slots: self.virtio_slots,
+                platform: self.platform,
             },
             migrating: vmm.migrating.clone(),
         };
@@ -354,7 +422,7 @@ fn virtio_devices(config: &VmConfig) -> Result<Vec<Box<dyn VirtioDevice>>, Start
 fn add_virtio_device(
     vm: &Vm,
     mem: &GuestMemoryMmap,
-    mmio: &mut Bus,
+    mmio: &Bus,
     device: Box<dyn VirtioDevice>,
     base: u64,
     irq: u32,
@@ -376,3 +444,6 @@ fn add_virtio_device(
         .map_err(StartVmError::Bus)?;
     Ok(transport)
 }
+
+#[cfg(test)]
+mod tests;

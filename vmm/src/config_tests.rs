@@ -1,0 +1,220 @@
+//! VmConfig tests: validation errors with the offending values, JSON defaults, the transport.
+
+use super::*;
+
+fn vm() -> VmConfig {
+    VmConfig {
+        payload: PayloadConfig {
+            kernel: "/boot/vmlinux".into(),
+            initramfs: None,
+            cmdline: "console=ttyS0".into(),
+        },
+        disks: vec![DiskConfig {
+            id: "rootdisk".into(),
+            path: "/disk/disk.img".into(),
+            readonly: false,
+        }],
+        net: vec![NetConfig {
+            id: "default".into(),
+            tap: "tap0".into(),
+            mac: "02:00:00:00:00:01".into(),
+        }],
+        ..VmConfig::default()
+    }
+}
+
+#[test]
+fn valid_config_passes() {
+    assert_eq!(vm().validate(), Ok(()));
+}
+
+#[test]
+fn invalid_configs_name_the_offending_values() {
+    let cases = [
+        (
+            VmConfig {
+                cpus: CpusConfig {
+                    boot_vcpus: 2,
+                    max_vcpus: 1,
+                },
+                ..vm()
+            },
+            ValidationError::CpusMaxLowerThanBoot { max: 1, boot: 2 },
+        ),
+        (
+            VmConfig {
+                cpus: CpusConfig {
+                    boot_vcpus: 0,
+                    max_vcpus: 1,
+                },
+                ..vm()
+            },
+            ValidationError::CpusBootZero,
+        ),
+        (
+            VmConfig {
+                memory: MemoryConfig { size: 1 << 20 },
+                ..vm()
+            },
+            ValidationError::MemoryTooSmall(1 << 20),
+        ),
+        (
+            VmConfig {
+                memory: MemoryConfig {
+                    size: (64 << 20) + 1,
+                },
+                ..vm()
+            },
+            ValidationError::MemoryUnaligned((64 << 20) + 1),
+        ),
+        (
+            VmConfig {
+                payload: PayloadConfig::default(),
+                ..vm()
+            },
+            ValidationError::KernelMissing,
+        ),
+        (
+            VmConfig {
+                disks: vec![vm().disks[0].clone(), vm().disks[0].clone()],
+                ..vm()
+            },
+            ValidationError::DuplicateId("rootdisk".into()),
+        ),
+        (
+            VmConfig {
+                net: vec![NetConfig {
+                    mac: "02:00:00:00:01".into(),
+                    ..vm().net[0].clone()
+                }],
+                ..vm()
+            },
+            ValidationError::BadMac {
+                id: "default".into(),
+                mac: "02:00:00:00:01".into(),
+            },
+        ),
+        (
+            VmConfig {
+                vsock: Some(VsockConfig {
+                    cid: 2,
+                    socket: "/run/v.sock".into(),
+                }),
+                ..vm()
+            },
+            ValidationError::VsockCidReserved(2),
+        ),
+        (
+            VmConfig {
+                console: ConsoleConfig::Tty,
+                ..vm()
+            },
+            ValidationError::TwoTtys,
+        ),
+        (
+            VmConfig {
+                transport: Transport::Mmio,
+                disks: (0..19)
+                    .map(|i| DiskConfig {
+                        id: format!("d{i}"),
+                        ..vm().disks[0].clone()
+                    })
+                    .collect(),
+                ..vm()
+            },
+            ValidationError::TooManyDevices {
+                transport: Transport::Mmio,
+                count: 20,
+                max: 19,
+            },
+        ),
+        (
+            VmConfig {
+                disks: (0..31)
+                    .map(|i| DiskConfig {
+                        id: format!("d{i}"),
+                        ..vm().disks[0].clone()
+                    })
+                    .collect(),
+                ..vm()
+            },
+            ValidationError::TooManyDevices {
+                transport: Transport::Pci,
+                count: 32,
+                max: 31,
+            },
+        ),
+    ];
+    for (config, expected) in cases {
+        assert_eq!(config.validate(), Err(expected));
+    }
+}
+
+#[test]
+fn json_round_trip_and_defaults() {
+    let json = r#"{"payload":{"kernel":"/k"},"serial":{"mode":"socket","path":"/run/s"}}"#;
+    let config: VmConfig = serde_json::from_str(json).unwrap();
+    assert_eq!(config.cpus.boot_vcpus, 1);
+    assert_eq!(config.console, ConsoleConfig::Off);
+    assert_eq!(
+        config.serial,
+        ConsoleConfig::Socket {
+            path: "/run/s".into()
+        }
+    );
+    let back: VmConfig = serde_json::from_str(&serde_json::to_string(&config).unwrap()).unwrap();
+    assert_eq!(back, config);
+}
+
+#[test]
+fn the_transport_defaults_to_pci_and_parses_both_ways() {
+    let json = r#"{"payload":{"kernel":"/k"}}"#;
+    let config: VmConfig = serde_json::from_str(json).unwrap();
+    assert_eq!(config.transport, Transport::Pci, "a config without it");
+    let json = r#"{"payload":{"kernel":"/k"},"transport":"mmio"}"#;
+    let config: VmConfig = serde_json::from_str(json).unwrap();
+    assert_eq!(config.transport, Transport::Mmio);
+    let text = serde_json::to_string(&config).unwrap();
+    assert!(text.contains(r#""transport":"mmio""#), "{text}");
+    let json = r#"{"payload":{"kernel":"/k"},"transport":"isa"}"#;
+    assert!(serde_json::from_str::<VmConfig>(json).is_err());
+    assert_eq!("pci".parse(), Ok(Transport::Pci));
+    assert!("PCI".parse::<Transport>().is_err());
+    assert_eq!(Transport::Mmio.to_string(), "mmio");
+    assert_eq!(max_virtio_devices(Transport::Pci), 31);
+    assert_eq!(max_virtio_devices(Transport::Mmio), 19);
+    let mut full = vm();
+    full.disks = (0..29)
+        .map(|i| DiskConfig {
+            id: format!("d{i}"),
+            ..vm().disks[0].clone()
+        })
+        .collect();
+    full.rng = Some(RngConfig::default());
+    assert_eq!(full.virtio_device_count(), 31);
+    assert_eq!(full.validate(), Ok(()), "31 devices fit on PCI");
+}
+
+#[test]
+fn unknown_fields_are_rejected() {
+    let json = r#"{"payload":{"kernel":"/k"},"gpus":[]}"#;
+    let err = serde_json::from_str::<VmConfig>(json).unwrap_err();
+    assert!(err.to_string().contains("gpus"), "{err}");
+}
+
+#[test]
+fn mac_parsing() {
+    assert_eq!(
+        parse_mac("02:ab:00:00:00:ff"),
+        Some([2, 0xab, 0, 0, 0, 0xff])
+    );
+    for bad in [
+        "",
+        "02:ab:00:00:00",
+        "02:ab:00:00:00:ff:00",
+        "2:ab:00:00:00:ff",
+        "zz:ab:00:00:00:ff",
+    ] {
+        assert_eq!(parse_mac(bad), None, "{bad}");
+    }
+}
