@@ -102,8 +102,9 @@ modules_dir=/lib/modules/$stock_release
     echo "tiny: $modules_dir is missing (package linux-image-$stock_release)" >&2
     exit 1
 }
-stock_modules="virtio_mmio virtio_blk virtio_net virtio_console virtio_rng
-    vmw_vsock_virtio_transport isofs vfat nls_cp437 nls_iso8859_1 nls_ascii nls_utf8 ext4"
+stock_modules="virtio_mmio virtio_pci virtio_blk virtio_net virtio_console virtio_rng
+    vmw_vsock_virtio_transport isofs vfat nls_cp437 nls_iso8859_1 nls_ascii nls_utf8 ext4
+    button evdev"
 mkdir -p "$tree/lib/modules/$stock_release"
 : >"$tree/lib/modules/$stock_release/ferrovirt-load-order"
 for module in $stock_modules; do
