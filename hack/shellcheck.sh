@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# shellcheck (warnings and errors) on every shell script of the repository: the *.sh files
+# Runs shellcheck (warnings and errors) on every shell script of the repository: the *.sh files
 # (sourced libraries included) and every tracked file whose first line runs sh or bash.
 # Usage: hack/shellcheck.sh
 set -euo pipefail

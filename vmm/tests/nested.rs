@@ -735,3 +735,160 @@ if fv-vsock connect 2 5001 </tmp/to-host >/tmp/reply; then echo "NESTED-VSOCK-RE
         vm.stop();
     });
 }
+
+/// The tiny root disk's filesystem UUID (fixed by `guest-images/tiny/build-tiny.sh`).
+const ROOTDISK_UUID: &str = "3c4c5cf2-47b6-4c1f-8e0a-6f3c0d1e2a01";
+
+/// Boots Debian's stock cloud kernel and its initramfs (`stock/`) on the PCI machine with the
+/// `vmm` command: a copy of the tiny root disk found by `root=UUID=`, a seed disk, a NIC on
+/// tap `fvtap0` and virtio-rng; returns the child and its serial log's path.
+fn spawn_stock_kernel(dir: &Path, vmm_bin: &Path, run: &str) -> (std::process::Child, PathBuf) {
+    let serial = dir.join(format!("{run}.log"));
+    let root = dir.join(format!("{run}-root.img"));
+    std::fs::copy(image("rootdisk.img"), &root).expect("copy the root disk");
+    let child = Command::new(vmm_bin)
+        .arg("--require-hardware-virt")
+        .arg("--kernel")
+        .arg(image("stock/vmlinuz"))
+        .arg("--initramfs")
+        .arg(image("stock/initramfs.cpio.gz"))
+        .arg("--cmdline")
+        .arg(format!("console=ttyS0 panic=-1 root=UUID={ROOTDISK_UUID}"))
+        .args(["--memory", "512", "--transport", "pci", "--rng"])
+        .arg("--disk")
+        .arg(&root)
+        .arg("--disk")
+        .arg(format!(
+            "{},ro",
+            dir.join(format!("{run}-seed/cidata.iso")).display()
+        ))
+        .args(["--net", "fvtap0,52:54:00:12:34:57"])
+        .arg("--serial")
+        .arg(format!("file:{}", serial.display()))
+        .args(["--shutdown-grace", "90"])
+        .spawn()
+        .expect("run vmm");
+    (child, serial)
+}
+
+/// Waits for `child` to exit; fails with the serial log after `timeout`.
+fn wait_exit(child: &mut std::process::Child, serial: &Path, timeout: Duration) -> i32 {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for vmm") {
+            return status.code().unwrap_or(-1);
+        }
+        if started.elapsed() > timeout {
+            let _ = child.kill();
+            panic!(
+                "vmm did not end within {timeout:?}; serial:\n{}",
+                serial_log(serial)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn debians_stock_kernel_boots_on_the_pci_machine_and_powers_off() {
+    let name = "debians_stock_kernel_boots_on_the_pci_machine_and_powers_off";
+    let dir = work_dir(name);
+    let vmm_bin = PathBuf::from(env!("CARGO_BIN_EXE_vmm"));
+    let files = vec![
+        image("stock/vmlinuz"),
+        image("stock/initramfs.cpio.gz"),
+        image("rootdisk.img"),
+        vmm_bin.clone(),
+        dir.clone(),
+    ];
+    let report = r#"echo "NESTED-ROOT $(awk '$2 == "/" {print $1}' /proc/mounts | tail -n 1)"
+echo "NESTED-PCI $(for d in /sys/bus/pci/devices/*; do basename "$(readlink "$d/driver")"; done | sort | uniq -c | tr -s ' \n' '  ')"
+echo "NESTED-MSIX $(grep -c PCI-MSI /proc/interrupts)"
+if ping -c 2 -W 5 10.78.0.1 >/dev/null 2>&1; then echo "NESTED-NET ok"; else echo "NESTED-NET failed"; fi
+"#;
+    if !in_l1() {
+        let net = |address: &str| NoCloudSeed {
+            user_data: String::new(),
+            meta_data: "instance-id: stock\nlocal-hostname: stock\n".into(),
+            network_config: Some(format!(
+                "version: 2\nethernets:\n  eth0:\n    addresses: [{address}]\n"
+            )),
+        };
+        for (run, then) in [("sigterm", ""), ("poweroff", "poweroff\n")] {
+            let seed_dir = dir.join(format!("{run}-seed"));
+            std::fs::create_dir_all(&seed_dir).expect("create the seed directory");
+            NoCloudSeed {
+                user_data: format!("#!/bin/sh\n{report}{then}"),
+                ..net("10.78.0.2/24")
+            }
+            .write(&seed_dir, SeedFormat::Iso9660)
+            .expect("write the NoCloud seed");
+        }
+    }
+    nested_test(name, &files, L1_DEADLINE, || {
+        let out = Command::new("tunctl")
+            .args(["-t", "fvtap0"])
+            .output()
+            .expect("run tunctl (busybox in the L1)");
+        assert!(
+            out.status.success(),
+            "tunctl: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        ip(&["addr", "add", "10.78.0.1/24", "dev", "fvtap0"]);
+        ip(&["link", "set", "fvtap0", "up"]);
+
+        // 1. Up to a login prompt, then SIGTERM: the ACPI power button, and the guest's S5.
+        let started = Instant::now();
+        let (mut child, serial) = spawn_stock_kernel(&dir, &vmm_bin, "sigterm");
+        let root = wait_line(&serial, "NESTED-ROOT ", Duration::from_secs(240));
+        assert!(
+            root.starts_with("/dev/vda"),
+            "the root is {root:?}, not the virtio-blk disk"
+        );
+        let pci = wait_line(&serial, "NESTED-PCI ", Duration::from_secs(30));
+        assert!(
+            pci.contains("virtio-pci"),
+            "no PCI function is bound to virtio-pci: {pci:?}"
+        );
+        let msix: u32 = wait_line(&serial, "NESTED-MSIX ", Duration::from_secs(30))
+            .parse()
+            .unwrap_or(0);
+        assert!(msix > 0, "no MSI-X interrupts in /proc/interrupts");
+        assert_eq!(
+            wait_line(&serial, "NESTED-NET ", Duration::from_secs(60)),
+            "ok"
+        );
+        wait_for_serial(&serial, "a login prompt", |log| log.contains("login:"));
+        println!(
+            "nested: Debian's stock kernel on the PCI machine: login prompt {:.1} s after start; \
+             PCI drivers: {pci}; {msix} MSI-X interrupt lines",
+            started.elapsed().as_secs_f64()
+        );
+        let kernel_log = serial_log(&serial);
+        assert!(
+            kernel_log.contains("Linux version 6.1.0"),
+            "not Debian's kernel:\n{kernel_log}"
+        );
+        common::signal(&child, libc::SIGTERM);
+        let code = wait_exit(&mut child, &serial, Duration::from_secs(120));
+        assert_eq!(
+            code,
+            0,
+            "SIGTERM did not power the guest off (exit {code}); serial:\n{}",
+            serial_log(&serial)
+        );
+        assert!(
+            serial_log(&serial).contains("reboot: Power down"),
+            "the guest did not power down:\n{}",
+            serial_log(&serial)
+        );
+
+        // 2. `poweroff` in the guest ends the VM with status 0.
+        let (mut child, serial) = spawn_stock_kernel(&dir, &vmm_bin, "poweroff");
+        let code = wait_exit(&mut child, &serial, Duration::from_secs(300));
+        assert_eq!(code, 0, "the guest's poweroff: exit {code}");
+        assert!(serial_log(&serial).contains("NESTED-NET ok"));
+        assert!(serial_log(&serial).contains("reboot: Power down"));
+    });
+}
