@@ -2,9 +2,10 @@
 //! blocking tasks). Every state change goes through `Launcher::set_state`, which pushes a
 //! domain event to the handler's notify socket.
 //!
-//! `sync_vmi`: admit the VMI (parse, default, validate), probe KVM and choose the backend,
-//! convert, check socket paths, prepare the volumes, set up the pod network, start the backend
-//! with its vCPUs stopped, attach the console relay, then run the vCPUs (unless
+//! `sync_vmi`: admit the VMI (parse, default, validate), probe KVM and choose the backend, read
+//! the boot disk ([`crate::discovery`]), convert, check socket paths, prepare the volumes, set
+//! up the pod network, start the backend with its vCPUs stopped, attach the console relay, then
+//! run the vCPUs (unless
 //! `startStrategy: Paused`). A second call while the VM exists changes nothing.
 
 use std::path::PathBuf;
@@ -28,6 +29,7 @@ use crate::backend::{
 };
 use crate::console::ConsoleRelay;
 use crate::converter::{self, HostFacts};
+use crate::discovery;
 use crate::domain::{DomainInfo, DomainState, VmiRef};
 use crate::network::{self, PodNetwork};
 use crate::volumes;
@@ -67,6 +69,7 @@ impl Settings {
             tap_device: self.tap_device.clone(),
             socket_dir: self.socket_dir.clone(),
             run_dir: self.run_dir.clone(),
+            boot: converter::BootDiscovery::NotLooked,
         }
     }
 }
@@ -236,11 +239,13 @@ impl Launcher {
                 ),
             };
         }
-        let facts = self.settings.host_facts(kvm == KvmCapability::Hardware);
-        let config = converter::convert(&vmi, &facts)?;
-        check_sockets(&config, &facts)?;
+        let mut facts = self.settings.host_facts(kvm == KvmCapability::Hardware);
         let plans = converter::disks::volume_plans(&vmi, &facts)
             .map_err(|e| SyncError::Convert(converter::ConvertError::Disks(e)))?;
+        facts.boot = discovery::discover_boot(&vmi, &plans, &facts.run_dir)?;
+        let converter::Converted { config, boot } = converter::convert(&vmi, &facts)?;
+        log::info!("boot: {}", boot.description);
+        check_sockets(&config, &facts)?;
         volumes::prepare::prepare(&plans)?;
         if self.settings.pod_network && !config.net.is_empty() {
             let mut network = self.network.lock().unwrap_or_else(|e| e.into_inner());
@@ -303,6 +308,7 @@ impl Launcher {
                 state: DomainState::Starting,
                 reason: String::new(),
                 backend: choice,
+                boot,
                 vcpus: u32::from(config.cpus.boot_vcpus),
                 memory_bytes: config.memory.size,
                 started: Instant::now(),
