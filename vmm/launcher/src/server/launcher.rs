@@ -4,8 +4,8 @@
 //!
 //! `sync_vmi`: admit the VMI (parse, default, validate), probe KVM and choose the backend, read
 //! the boot disk ([`crate::discovery`]), convert, check socket paths, prepare the volumes, set
-//! up the pod network, start the backend with its vCPUs stopped, attach the console relay, then
-//! run the vCPUs (unless
+//! up the pod network, start the backend with its vCPUs stopped (QEMU with ACPI for a kernel
+//! from the user's disk), attach the console relay, then run the vCPUs (unless
 //! `startStrategy: Paused`). A second call while the VM exists changes nothing.
 
 use std::path::PathBuf;
@@ -22,13 +22,13 @@ use vmm::config::{ConsoleConfig, VmConfig};
 use super::error::{OpError, SyncError};
 use super::notify::Notifier;
 use crate::backend::kvm::KvmVm;
-use crate::backend::qemu::QemuVm;
+use crate::backend::qemu::{Acpi, QemuVm};
 use crate::backend::{
     choose, Backend, BackendChoice, BackendKind, MigrationParams, MigrationPhase,
     MigrationProgress, VmStatus,
 };
 use crate::console::ConsoleRelay;
-use crate::converter::{self, HostFacts};
+use crate::converter::{self, HostFacts, KernelOrigin};
 use crate::discovery;
 use crate::domain::{DomainInfo, DomainState, VmiRef};
 use crate::network::{self, PodNetwork};
@@ -274,7 +274,20 @@ impl Launcher {
             }
             _ => None,
         };
-        let mut backend = start_backend(choice.kind, &config, &self.settings.run_dir, incoming)?;
+        // A distribution kernel finds its virtio-mmio devices through ACPI only; ours boots
+        // without (see backend::qemu::args).
+        let acpi = match boot.origin {
+            KernelOrigin::UserDisk => Acpi::On,
+            KernelOrigin::KernelBoot | KernelOrigin::Bundled => Acpi::Off,
+        };
+        if acpi == Acpi::On && choice.kind == BackendKind::Kvm {
+            log::warn!(
+                "the KVM VMM has no ACPI tables yet: a distribution kernel may not find its \
+                 virtio-mmio disks"
+            );
+        }
+        let mut backend =
+            start_backend(choice.kind, &config, &self.settings.run_dir, incoming, acpi)?;
         match (early_attach, &serial) {
             (Some(attaching), _) => match attaching.join() {
                 Ok(result) => result?,
@@ -634,10 +647,13 @@ fn start_backend(
     config: &VmConfig,
     run_dir: &std::path::Path,
     incoming: bool,
+    acpi: Acpi,
 ) -> Result<Box<dyn Backend>, SyncError> {
     match kind {
-        BackendKind::QemuTcg if incoming => Ok(Box::new(QemuVm::start_incoming(config, run_dir)?)),
-        BackendKind::QemuTcg => Ok(Box::new(QemuVm::start(config, run_dir)?)),
+        BackendKind::QemuTcg if incoming => {
+            Ok(Box::new(QemuVm::start_incoming(config, run_dir, acpi)?))
+        }
+        BackendKind::QemuTcg => Ok(Box::new(QemuVm::start(config, run_dir, acpi)?)),
         BackendKind::Kvm => {
             std::fs::create_dir_all(run_dir)
                 .map_err(|e| SyncError::RunDir(run_dir.to_path_buf(), e))?;
