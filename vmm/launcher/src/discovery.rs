@@ -5,8 +5,10 @@
 //!
 //! Step by step, for a VMI without `firmware.kernelBoot` (`firmware.bootloader` is refused by
 //! validation before this):
-//! 1. The boot disk is the converter's: [`disks::boot_disk`], the first by `bootOrder`, else the
-//!    first declared. A VMI without disks is [`BootDiscovery::NoDisk`].
+//! 1. A VMI without an OS disk (no disk, or none that is a containerDisk or a PVC: only
+//!    emptyDisks and cloud-init seeds) is [`BootDiscovery::NoOsDisk`]. Otherwise the boot disk
+//!    is the converter's: [`disks::boot_disk`], the first by `bootOrder`, else the first
+//!    declared.
 //! 2. Its file comes from the volume plan ([`crate::volumes::plan`]) and is read where it is,
 //!    before the volumes are prepared and without writing it: a containerDisk's image in its
 //!    mount (raw or qcow2; the file [`find_container_disk`] picks, the one the VM's private copy
@@ -35,7 +37,7 @@ use crate::converter::disks;
 use crate::converter::{BootDiscovery, FoundKernel};
 use crate::server::error::chain;
 use crate::volumes::plan::{VolumePlan, VolumeSource};
-use crate::volumes::prepare::find_container_disk;
+use crate::volumes::prepare::{find_container_disk, PrepareError};
 
 /// The directory of the run directory that holds the kernel and initrd taken from the disk.
 pub const BOOT_FILES_DIR: &str = "boot";
@@ -55,8 +57,9 @@ pub fn boot_limits() -> Limits {
 /// Why the boot disk could not be examined.
 #[derive(Debug, thiserror::Error)]
 pub enum DiscoveryError {
-    #[error("containerDisk volume {volume:?}: no disk image under {mount}")]
-    ContainerDiskNotFound { volume: String, mount: PathBuf },
+    /// The disk file is not there (the same error as when preparing the volume).
+    #[error(transparent)]
+    Missing(#[from] PrepareError),
     #[error("volume {volume:?}: cannot open the boot disk {path}")]
     Open {
         volume: String,
@@ -85,8 +88,24 @@ pub fn discover_boot(
         return Ok(BootDiscovery::NotLooked);
     }
     let Some((_, disk)) = disks::boot_disk(vmi) else {
-        return Ok(BootDiscovery::NoDisk);
+        return Ok(BootDiscovery::NoOsDisk {
+            reason: "the VMI has no disk".into(),
+        });
     };
+    let os_disk = vmi.spec.domain.devices.disks.iter().any(|d| {
+        plans.iter().any(|p| {
+            p.name == d.name
+                && matches!(
+                    p.source,
+                    VolumeSource::ContainerDisk { .. } | VolumeSource::PersistentVolumeClaim
+                )
+        })
+    });
+    if !os_disk {
+        return Ok(BootDiscovery::NoOsDisk {
+            reason: "no disk of the VMI is a containerDisk or persistentVolumeClaim".into(),
+        });
+    }
     let name = disk.name.clone();
     let nothing = |reason: &str| BootDiscovery::Nothing {
         disk: name.clone(),
@@ -101,12 +120,19 @@ pub fn discover_boot(
             mount,
             path_in_image,
         } => find_container_disk(mount, path_in_image.as_deref()).ok_or_else(|| {
-            DiscoveryError::ContainerDiskNotFound {
+            PrepareError::ContainerDiskNotFound {
                 volume: plan.name.clone(),
                 mount: mount.clone(),
             }
         })?,
-        VolumeSource::PersistentVolumeClaim => plan.disk.clone(),
+        VolumeSource::PersistentVolumeClaim if plan.disk.is_file() => plan.disk.clone(),
+        VolumeSource::PersistentVolumeClaim => {
+            return Err(PrepareError::PvcDiskMissing {
+                volume: plan.name.clone(),
+                path: plan.disk.clone(),
+            }
+            .into())
+        }
         VolumeSource::EmptyDisk { .. } if plan.disk.is_file() => plan.disk.clone(),
         VolumeSource::EmptyDisk { .. } => return Ok(nothing("it is a new, blank emptyDisk")),
         VolumeSource::CloudInitNoCloud(_) => {
@@ -458,12 +484,34 @@ mod tests {
     #[test]
     fn what_is_not_looked_at() {
         let dirs = Dirs::new("skip");
+        let scratch = || json!({"emptyDisk": {"capacity": "1Mi"}});
+        let seed = || json!({"cloudInitNoCloud": {"userData": "#!/bin/sh\n"}});
+        let no_os_disk = BootDiscovery::NoOsDisk {
+            reason: "no disk of the VMI is a containerDisk or persistentVolumeClaim".into(),
+        };
         let cases = [
-            (vmi(&[], &[]), BootDiscovery::NoDisk),
+            (
+                vmi(&[], &[]),
+                BootDiscovery::NoOsDisk {
+                    reason: "the VMI has no disk".into(),
+                },
+            ),
+            (
+                vmi(&[("scratch", None)], &[("scratch", scratch())]),
+                no_os_disk.clone(),
+            ),
             (
                 vmi(
-                    &[("scratch", None)],
-                    &[("scratch", json!({"emptyDisk": {"capacity": "1Mi"}}))],
+                    &[("ci", None), ("scratch", None)],
+                    &[("ci", seed()), ("scratch", scratch())],
+                ),
+                no_os_disk,
+            ),
+            // With an OS disk among them, the boot disk must be one.
+            (
+                vmi(
+                    &[("scratch", None), ("root", None)],
+                    &[("scratch", scratch()), ("root", container_disk())],
                 ),
                 BootDiscovery::Nothing {
                     disk: "scratch".into(),
@@ -472,11 +520,8 @@ mod tests {
             ),
             (
                 vmi(
-                    &[("ci", None)],
-                    &[(
-                        "ci",
-                        json!({"cloudInitNoCloud": {"userData": "#!/bin/sh\n"}}),
-                    )],
+                    &[("ci", Some(1)), ("data", Some(2))],
+                    &[("ci", seed()), ("data", pvc())],
                 ),
                 BootDiscovery::Nothing {
                     disk: "ci".into(),
@@ -501,12 +546,12 @@ mod tests {
         // An emptyDisk a VM before made is read.
         std::fs::create_dir_all(dirs.root.join("disks")).unwrap();
         std::fs::write(dirs.root.join("disks/scratch.img"), debian_gpt()).unwrap();
-        let scratch = vmi(
-            &[("scratch", None)],
-            &[("scratch", json!({"emptyDisk": {"capacity": "1Mi"}}))],
+        let written = vmi(
+            &[("scratch", None), ("root", None)],
+            &[("scratch", scratch()), ("root", container_disk())],
         );
         assert!(matches!(
-            dirs.discover(&scratch).unwrap(),
+            dirs.discover(&written).unwrap(),
             BootDiscovery::Found(_)
         ));
     }
@@ -518,13 +563,32 @@ mod tests {
             .discover(&vmi(&[("root", None)], &[("root", container_disk())]))
             .unwrap_err();
         assert!(
-            matches!(err, DiscoveryError::ContainerDiskNotFound { .. }),
+            matches!(
+                err,
+                DiscoveryError::Missing(PrepareError::ContainerDiskNotFound { .. })
+            ),
             "{err}"
         );
         let err = dirs
             .discover(&vmi(&[("data", None)], &[("data", pvc())]))
             .unwrap_err();
-        assert!(matches!(err, DiscoveryError::Open { .. }), "{err}");
-        assert!(err.to_string().contains("pvc/data/disk.img"), "{err}");
+        assert!(
+            matches!(
+                err,
+                DiscoveryError::Missing(PrepareError::PvcDiskMissing { .. })
+            ),
+            "{err}"
+        );
+        assert!(
+            err.to_string()
+                .ends_with("pvc/data/disk.img does not exist"),
+            "{err}"
+        );
+        // A directory where the image would be is no disk image.
+        std::fs::create_dir_all(dirs.root.join("cd/root/disk/disk.img")).unwrap();
+        let err = dirs
+            .discover(&vmi(&[("root", None)], &[("root", container_disk())]))
+            .unwrap_err();
+        assert!(matches!(err, DiscoveryError::Missing(_)), "{err}");
     }
 }

@@ -9,8 +9,9 @@
 //! 3. `firmware.bootloader` (firmware on QEMU) is not implemented: validation refuses it with
 //!    its path, so it never reaches the converter.
 //! 4. A bare root filesystem (no partition table, no kernel, Firecracker and Kata style): the
-//!    kernel Ferrovirt ships, with that disk as `root=/dev/vda`. A VMI without any disk boots
-//!    the bundled kernel and initramfs alone.
+//!    kernel Ferrovirt ships, with that disk as `root=/dev/vda`. A VMI without an OS disk (no
+//!    disk, or only emptyDisks and cloud-init seeds) boots the bundled kernel and initramfs
+//!    alone.
 //!
 //! Anything else is an error with the reason, so that the VMI fails with it: a partitioned disk
 //! without a kernel, or a disk that holds nothing to boot, never boots the bundled kernel (its
@@ -94,10 +95,10 @@ pub fn plan(
                 ),
             ))
         }
-        BootDiscovery::NoDisk => Ok(bundled(
+        BootDiscovery::NoOsDisk { reason } => Ok(bundled(
             DEFAULT_CMDLINE.to_string(),
             facts,
-            "the bundled kernel and initramfs: the VMI has no disk".to_string(),
+            format!("the bundled kernel and initramfs: {reason}"),
         )),
         BootDiscovery::PartitionedWithoutKernel { disk, layout } => Err(FieldProblem::new(
             disk_path(disk),
@@ -362,14 +363,28 @@ mod tests {
                 KernelOrigin::Bundled,
                 bare_description.to_string(),
             ),
-            // No disk at all: the bundled kernel and initramfs alone.
+            // No OS disk: the bundled kernel and initramfs alone.
             (
                 None,
-                BootDiscovery::NoDisk,
+                BootDiscovery::NoOsDisk {
+                    reason: "the VMI has no disk".into(),
+                },
                 vec![],
                 bundled("console=ttyS0"),
                 KernelOrigin::Bundled,
                 "the bundled kernel and initramfs: the VMI has no disk".to_string(),
+            ),
+            (
+                None,
+                BootDiscovery::NoOsDisk {
+                    reason: "no disk of the VMI is a containerDisk or persistentVolumeClaim".into(),
+                },
+                vec![disk(false)],
+                bundled("console=ttyS0"),
+                KernelOrigin::Bundled,
+                "the bundled kernel and initramfs: no disk of the VMI is a containerDisk or \
+                 persistentVolumeClaim"
+                    .to_string(),
             ),
             // kernelBoot comes first: the launcher does not look at the disk.
             (

@@ -43,8 +43,9 @@ pub enum BootDiscovery {
     /// Not looked for: the VMI boots the kernel of `firmware.kernelBoot`.
     #[default]
     NotLooked,
-    /// The VMI has no disk.
-    NoDisk,
+    /// The VMI has no OS disk: no disk at all, or none that is a containerDisk or a
+    /// persistentVolumeClaim (only emptyDisks and cloud-init seeds). Why, in words.
+    NoOsDisk { reason: String },
     /// The default entry of the boot configuration on the boot disk; its kernel and initrd
     /// were copied into the run directory.
     Found(FoundKernel),
@@ -134,7 +135,9 @@ pub(crate) fn test_facts_for(vmi: &api::VirtualMachineInstance) -> HostFacts {
             disk: disk.name.clone(),
             filesystem: "ext4".into(),
         },
-        None => BootDiscovery::NoDisk,
+        None => BootDiscovery::NoOsDisk {
+            reason: "the VMI has no disk".into(),
+        },
     };
     HostFacts {
         boot,
