@@ -28,6 +28,8 @@ pub mod image;
 pub mod partition;
 pub mod qcow2;
 pub mod source;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use bytes::crc32;
 pub use find::{

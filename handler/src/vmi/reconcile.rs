@@ -9,7 +9,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use api::condition::Condition;
 use api::{KubeVirt, VirtualMachineInstance, VmiPhase};
 use contract::client::launcher_client;
 use contract::labels;
@@ -26,7 +25,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, ResourceExt};
 
-use super::status::{status_from_domain, Observed};
+use super::status::{status_after_sync_failure, status_from_domain, Observed};
 use crate::notify::NotifyServers;
 
 /// How long one call to a launcher may take.
@@ -143,22 +142,29 @@ pub async fn reconcile(
         match call(client.sync_vmi(request)).await {
             Ok(response) => domain = response.domain,
             Err(e) => {
-                // Say why on the VMI; the next pass tries again.
-                let mut failed = (*vmi).clone();
-                let s = failed.status.get_or_insert_with(Default::default);
-                let message = match &e {
-                    SyncError::Launcher(status) => status.message().to_string(),
-                    other => other.to_string(),
+                // Say why on the VMI. A VMI the launcher can never run fails with the reason;
+                // otherwise the next pass tries again.
+                let (can_never_run, message) = match &e {
+                    SyncError::Launcher(status) => (
+                        status.code() == tonic::Code::InvalidArgument,
+                        status.message().to_string(),
+                    ),
+                    other => (false, other.to_string()),
                 };
-                s.conditions.retain(|c| c.type_ != "Synchronized");
-                s.conditions.push(Condition::new(
-                    "Synchronized",
-                    false,
-                    "SyncFailed",
+                let mut failed = (*vmi).clone();
+                failed.status = Some(status_after_sync_failure(
+                    &vmi,
+                    can_never_run,
                     &message,
+                    Timestamp::now(),
                 ));
                 vmis.replace_status(&vmi.name_any(), &PostParams::default(), &failed)
                     .await?;
+                if can_never_run {
+                    log::warn!("{}: failed: {message}", vmi.name_any());
+                    ctx.notify.forget(&dir);
+                    return Ok(Action::await_change());
+                }
                 return Err(e);
             }
         }

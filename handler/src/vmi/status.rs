@@ -3,12 +3,18 @@
 //!
 //! Domain state -> VMI: starting/running/paused/shutting down -> Running (with Ready and Paused
 //! conditions); shut off -> Succeeded (the guest powered off); crashed -> Failed with the
-//! launcher's reason.
+//! launcher's reason. The backend and its reason are the `SoftwareEmulation` condition, how the
+//! VM boots and why the `BootSource` condition.
+//!
+//! A failed `SyncVMI` is the `Synchronized` condition (`SyncFailed`, the launcher's message); when
+//! the launcher says the VMI can never run (INVALID_ARGUMENT: the converter refused it, or its
+//! boot disk holds nothing to boot) the VMI fails with that message as its reason
+//! ([`status_after_sync_failure`]).
 
 use api::condition::Condition;
 use api::vmi::{set_condition, set_phase, VmiNetworkInterface};
 use api::{VirtualMachineInstance, VirtualMachineInstanceStatus, VmiPhase};
-use contract::proto::v1::{Backend, Domain, DomainState};
+use contract::proto::v1::{Backend, BootOrigin, Domain, DomainState};
 use k8s_openapi::jiff::Timestamp;
 
 /// What the handler knows besides the domain.
@@ -87,8 +93,46 @@ pub fn status_from_domain(
             ),
         );
     }
+    let boot_reason = match BootOrigin::try_from(domain.boot_origin) {
+        Ok(BootOrigin::KernelBoot) => Some("KernelBoot"),
+        Ok(BootOrigin::UserDisk) => Some("UserDisk"),
+        Ok(BootOrigin::Bundled) => Some("BundledKernel"),
+        // A launcher older than the field.
+        Ok(BootOrigin::Unspecified) | Err(_) => None,
+    };
+    if let Some(reason) = boot_reason {
+        set_condition(
+            &mut status,
+            Condition::new("BootSource", true, reason, &domain.boot),
+        );
+    }
     if phase == VmiPhase::Running {
         status.interfaces = interfaces(vmi, observed);
+    }
+    status
+}
+
+/// The status of `vmi` after its `SyncVMI` failed with `message`: `Synchronized` is false with
+/// reason `SyncFailed`; when the launcher said the VMI can never run (`can_never_run`: its
+/// INVALID_ARGUMENT) the VMI is Failed with the message as its reason, otherwise the next sync
+/// tries again.
+pub fn status_after_sync_failure(
+    vmi: &VirtualMachineInstance,
+    can_never_run: bool,
+    message: &str,
+    now: Timestamp,
+) -> VirtualMachineInstanceStatus {
+    let mut status = vmi.status.clone().unwrap_or_default();
+    if status.phase.is_some_and(VmiPhase::is_final) {
+        return status;
+    }
+    set_condition(
+        &mut status,
+        Condition::new("Synchronized", false, "SyncFailed", message),
+    );
+    if can_never_run {
+        set_phase(&mut status, VmiPhase::Failed, now);
+        status.reason = Some(message.to_string());
     }
     status
 }
@@ -241,6 +285,72 @@ mod tests {
             Some("VMI was paused, low-level IO error detected")
         );
         assert_eq!(status.phase, Some(VmiPhase::Running));
+    }
+
+    #[test]
+    fn the_boot_source_is_a_condition() {
+        let description = "disk rootdisk: kernel /boot/vmlinuz-6.1.0-28-cloud-amd64 from \
+                           partition 1 (ext4, UUID 6f1c) per /boot/grub/grub.cfg on partition 1 \
+                           entry 'Debian GNU/Linux'";
+        let cases = [
+            (BootOrigin::UserDisk, Some("UserDisk")),
+            (BootOrigin::KernelBoot, Some("KernelBoot")),
+            (BootOrigin::Bundled, Some("BundledKernel")),
+            (BootOrigin::Unspecified, None),
+        ];
+        for (origin, reason) in cases {
+            let domain = Domain {
+                boot: description.into(),
+                boot_origin: origin as i32,
+                ..domain(DomainState::Running, Backend::QemuTcg)
+            };
+            let status = status_from_domain(&vmi(VmiPhase::Scheduled), &domain, &observed(), now());
+            let condition = status.conditions.iter().find(|c| c.type_ == "BootSource");
+            match reason {
+                Some(reason) => {
+                    let condition = condition.unwrap();
+                    assert!(condition.is_true());
+                    assert_eq!(condition.reason.as_deref(), Some(reason));
+                    assert_eq!(condition.message.as_deref(), Some(description));
+                }
+                None => assert!(condition.is_none(), "{origin:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_vmi_that_can_never_run_fails_with_the_launchers_reason() {
+        let message = "convert the VMI: boot: spec.domain.devices.disks[0]: disk rootdisk is a \
+                       partitioned disk (GPT: partition 1 (ext4)) without a kernel";
+        let failed = status_after_sync_failure(&vmi(VmiPhase::Scheduled), true, message, now());
+        assert_eq!(failed.phase, Some(VmiPhase::Failed));
+        assert_eq!(failed.reason.as_deref(), Some(message));
+        let synchronized = failed
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Synchronized")
+            .unwrap();
+        assert!(!synchronized.is_true());
+        assert_eq!(synchronized.reason.as_deref(), Some("SyncFailed"));
+        assert_eq!(synchronized.message.as_deref(), Some(message));
+
+        // Anything else is tried again: the VMI stays Scheduled, with the reason.
+        let retried = status_after_sync_failure(
+            &vmi(VmiPhase::Scheduled),
+            false,
+            "prepare volumes: ...",
+            now(),
+        );
+        assert_eq!(retried.phase, Some(VmiPhase::Scheduled));
+        assert_eq!(retried.reason, None);
+        assert!(retried.conditions.iter().any(|c| c.type_ == "Synchronized"));
+
+        // A final VMI stays as it is.
+        let done = vmi(VmiPhase::Succeeded);
+        assert_eq!(
+            Some(status_after_sync_failure(&done, true, message, now())),
+            done.status
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@ use api::VirtualMachineInstance;
 use contract::limits::{MAX_DEVICES, MAX_VCPUS, MIN_GUEST_MEMORY_BYTES};
 use serde_json::{json, Value};
 
-use crate::converter::host::test_facts;
+use crate::converter::host::{test_facts, test_facts_for};
 use crate::converter::{admit_vmi, convert};
 use crate::volumes::plan::{plan_volume, VolumeSource};
 
@@ -53,7 +53,9 @@ fn a_vmi_at_the_device_limit_converts_within_the_vmm_slots() {
     // MAX_DEVICES - 1 disks + the default pod interface.
     let json = serde_json::to_vec(&vmi_with_disks(MAX_DEVICES - 1)).unwrap();
     let vmi = admit_vmi(&json).expect("a VMI at the limit is admitted");
-    let config = convert(&vmi, &test_facts()).expect("and converts");
+    let config = convert(&vmi, &test_facts_for(&vmi))
+        .expect("and converts")
+        .config;
     let devices = config.disks.len()
         + config.net.len()
         + usize::from(config.rng.is_some())

@@ -1,11 +1,13 @@
-//! The domain: the launcher's record of its VM (which VMI, which backend and why, the state and
-//! the reason for it), and its translation to the `launcher.v1` messages.
+//! The domain: the launcher's record of its VM (which VMI, which backend and why, how it boots
+//! and why, the state and the reason for it), and its translation to the `launcher.v1`
+//! messages.
 
 use std::time::Instant;
 
 use contract::proto::v1;
 
 use crate::backend::{BackendChoice, BackendKind, VmmStats};
+use crate::converter::{BootChoice, KernelOrigin};
 
 /// States of a domain, as KubeVirt's launcher reports them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +60,7 @@ pub struct DomainInfo {
     pub state: DomainState,
     pub reason: String,
     pub backend: BackendChoice,
+    pub boot: BootChoice,
     pub vcpus: u32,
     pub memory_bytes: u64,
     pub started: Instant,
@@ -91,6 +94,13 @@ impl DomainInfo {
             console_socket: console_socket.to_string(),
             migration: None,
             io_error: self.io_error,
+            boot: self.boot.description.clone(),
+            boot_origin: match self.boot.origin {
+                KernelOrigin::KernelBoot => v1::BootOrigin::KernelBoot,
+                KernelOrigin::UserDisk => v1::BootOrigin::UserDisk,
+                KernelOrigin::Bundled => v1::BootOrigin::Bundled,
+            }
+            .into(),
         }
     }
 }
@@ -110,5 +120,40 @@ mod tests {
             assert_eq!(vmi.matches(requested), want, "{requested}");
         }
         assert!(DomainState::Crashed.is_final() && !DomainState::Paused.is_final());
+    }
+
+    #[test]
+    fn the_boot_choice_goes_to_the_domain() {
+        let info = |origin| DomainInfo {
+            vmi: VmiRef::default(),
+            state: DomainState::Running,
+            reason: "booted".into(),
+            backend: BackendChoice {
+                kind: BackendKind::QemuTcg,
+                reason: "r".into(),
+            },
+            boot: BootChoice {
+                origin,
+                description: "disk rootdisk: kernel /boot/vmlinuz from partition 1".into(),
+            },
+            vcpus: 1,
+            memory_bytes: 1 << 27,
+            started: Instant::now(),
+            grace_period_seconds: 30,
+            io_error: false,
+        };
+        let cases = [
+            (KernelOrigin::KernelBoot, v1::BootOrigin::KernelBoot),
+            (KernelOrigin::UserDisk, v1::BootOrigin::UserDisk),
+            (KernelOrigin::Bundled, v1::BootOrigin::Bundled),
+        ];
+        for (origin, want) in cases {
+            let domain = info(origin).to_proto(&VmmStats::default(), "console-sock");
+            assert_eq!(domain.boot_origin, want as i32);
+            assert_eq!(
+                domain.boot,
+                "disk rootdisk: kernel /boot/vmlinuz from partition 1"
+            );
+        }
     }
 }

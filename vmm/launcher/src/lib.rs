@@ -3,11 +3,13 @@
 //!
 //! Flow of a `SyncVMI` call ([`server`]):
 //! 1. parse, default and validate the VMI JSON ([`converter::admit_vmi`]);
-//! 2. convert it with the host facts into a `vmm::config::VmConfig` ([`converter::convert`], pure);
-//! 3. prepare its volumes: containerDisk copies, emptyDisks, the cloud-init seed ([`volumes`]);
-//! 4. set up the pod network when the VM has an interface ([`network`]);
-//! 5. choose the backend, in-process KVM or QEMU TCG ([`backend::choose`]), and boot;
-//! 6. relay the serial console to `console-sock` ([`console`]) and push every domain state
+//! 2. choose the backend, in-process KVM or QEMU TCG ([`backend::choose`]);
+//! 3. read the boot disk for the user's own kernel, initrd and command line ([`discovery`]);
+//! 4. convert the VMI with the host facts (the boot discovery among them) into a
+//!    `vmm::config::VmConfig` and the boot choice ([`converter::convert`], pure);
+//! 5. prepare its volumes: containerDisk copies, emptyDisks, the cloud-init seed ([`volumes`]);
+//! 6. set up the pod network when the VM has an interface ([`network`]), and boot;
+//! 7. relay the serial console to `console-sock` ([`console`]) and push every domain state
 //!    change to the handler's notify socket ([`server::notify`]).
 //!
 //! What it shares with virt-handler and virt-controller (the `launcher.v1` API, the socket
@@ -19,6 +21,7 @@ pub mod console;
 #[cfg(test)]
 mod contract_tests;
 pub mod converter;
+pub mod discovery;
 pub mod domain;
 pub mod network;
 pub mod server;

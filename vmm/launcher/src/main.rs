@@ -38,7 +38,8 @@ struct Flags {
     /// Where the launcher writes containerDisk copies, emptyDisks and cloud-init seeds.
     #[arg(long, default_value = layout::EPHEMERAL_DISK_DIR)]
     disk_dir: PathBuf,
-    /// The guest kernel booted when the VMI has no kernelBoot.
+    /// Ferrovirt's own guest kernel: booted when the boot disk is a bare filesystem (as its
+    /// root) or the VMI has no OS disk; a disk's own kernel and kernelBoot come first.
     #[arg(long, default_value = "/usr/share/ferrovirt/vmlinux")]
     kernel: PathBuf,
     /// The initramfs of --kernel.

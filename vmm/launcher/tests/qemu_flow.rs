@@ -100,6 +100,15 @@ async fn nocloud_vmi_on_qemu_tcg() {
         "{}",
         domain.backend_reason
     );
+    // The tiny guest's disk is a bare ext4 filesystem: the bundled kernel boots it as root.
+    assert_eq!(domain.boot_origin, v1::BootOrigin::Bundled as i32);
+    assert!(
+        domain
+            .boot
+            .starts_with("the bundled kernel: disk containerdisk is a bare filesystem (ext4"),
+        "{}",
+        domain.boot
+    );
     let running = wait_state(&mut client, DomainState::Running, Duration::from_secs(30)).await;
     assert_eq!(running.vmi_name, "vmi-nocloud");
     assert!(running
@@ -298,6 +307,10 @@ async fn start_strategy_paused_waits_for_unpause() {
     };
     assert_eq!(domain.state, DomainState::Paused as i32);
     assert!(domain.reason.contains("startStrategy"), "{}", domain.reason);
+    assert_eq!(
+        domain.boot,
+        "the bundled kernel and initramfs: the VMI has no disk"
+    );
     // Nothing runs: not a byte on the console.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(console.text(), "", "the guest ran before Unpause");

@@ -2,6 +2,7 @@
 //! volume of the same name (see [`crate::volumes::plan`]), ordered by `bootOrder` (then as
 //! declared), so the boot disk comes first and becomes `/dev/vda`.
 
+use api::domain::Disk;
 use api::VirtualMachineInstance;
 use vmm::config::DiskConfig;
 
@@ -21,16 +22,28 @@ pub fn volume_plans(
         .collect()
 }
 
+/// The VMI's disks in boot order, each with its index in `spec.domain.devices.disks`: by
+/// `bootOrder` (disks without one last), then as declared.
+pub fn boot_ordered(vmi: &VirtualMachineInstance) -> Vec<(usize, &Disk)> {
+    let mut ordered: Vec<(usize, &Disk)> =
+        vmi.spec.domain.devices.disks.iter().enumerate().collect();
+    ordered.sort_by_key(|(index, disk)| (disk.boot_order.unwrap_or(u32::MAX), *index));
+    ordered
+}
+
+/// The boot disk: the first in boot order (it becomes `/dev/vda`), with its index in
+/// `spec.domain.devices.disks`. The launcher's boot discovery reads this disk.
+pub fn boot_disk(vmi: &VirtualMachineInstance) -> Option<(usize, &Disk)> {
+    boot_ordered(vmi).into_iter().next()
+}
+
 /// The block devices of the VM, boot disk first.
 pub fn disks(
     vmi: &VirtualMachineInstance,
     facts: &HostFacts,
 ) -> Result<Vec<DiskConfig>, FieldProblem> {
     let plans = volume_plans(vmi, facts)?;
-    let mut ordered: Vec<(usize, &api::domain::Disk)> =
-        vmi.spec.domain.devices.disks.iter().enumerate().collect();
-    ordered.sort_by_key(|(index, disk)| (disk.boot_order.unwrap_or(u32::MAX), *index));
-    ordered
+    boot_ordered(vmi)
         .into_iter()
         .map(|(index, disk)| {
             let path = format!("spec.domain.devices.disks[{index}]");
@@ -61,7 +74,7 @@ pub fn disks(
 
 #[cfg(test)]
 mod tests {
-    use api::domain::{Disk, DiskTarget};
+    use api::domain::DiskTarget;
     use api::volume::{ContainerDiskSource, EmptyDiskSource, Volume};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
@@ -126,9 +139,14 @@ mod tests {
             ),
         ];
         for (disks_in, want) in cases {
-            let got = disks(&vmi(disks_in), &facts).unwrap();
+            let vmi = vmi(disks_in);
+            let got = disks(&vmi, &facts).unwrap();
             assert_eq!(ids(&got), want);
+            let (index, boot) = boot_disk(&vmi).unwrap();
+            assert_eq!(boot.name, want[0]);
+            assert_eq!(vmi.spec.domain.devices.disks[index].name, want[0]);
         }
+        assert!(boot_disk(&vmi(vec![])).is_none());
     }
 
     #[test]

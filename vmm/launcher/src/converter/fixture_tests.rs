@@ -8,8 +8,8 @@ use api::VirtualMachineInstance;
 use serde::Deserialize;
 use vmm::config::ConsoleConfig;
 
-use super::host::test_facts;
-use super::{convert, ConvertError};
+use super::host::{test_facts, test_facts_for};
+use super::{convert, ConvertError, KernelOrigin};
 
 /// `$FERROVIRT_SHARED`, else `shared/` beside the repository.
 fn shared_dir() -> PathBuf {
@@ -85,7 +85,6 @@ fn template_of(value: &serde_yaml::Value) -> Option<serde_yaml::Value> {
 
 #[test]
 fn every_accepted_fixture_converts_and_follows_its_manifest() {
-    let facts = test_facts();
     let mut accepted = 0;
     for (name, mut vmi) in fixture_vmis() {
         api::defaults::default_vmi(&mut vmi);
@@ -97,8 +96,9 @@ fn every_accepted_fixture_converts_and_follows_its_manifest() {
             continue;
         }
         accepted += 1;
-        let config = match convert(&vmi, &facts) {
-            Ok(config) => config,
+        let facts = test_facts_for(&vmi);
+        let (config, boot) = match convert(&vmi, &facts) {
+            Ok(converted) => (converted.config, converted.boot),
             Err(e) => panic!("{name}: accepted by validation but not converted: {e}"),
         };
         println!("{name}: converted");
@@ -154,7 +154,8 @@ fn every_accepted_fixture_converts_and_follows_its_manifest() {
             );
         }
 
-        // boot: the manifest's kernel, else the bundled one with the first disk as root.
+        // boot: the manifest's kernel, else (the boot disk being a bare filesystem here) the
+        // bundled one with the first disk as root.
         match spec
             .domain
             .firmware
@@ -177,9 +178,11 @@ fn every_accepted_fixture_converts_and_follows_its_manifest() {
                 if let Some(args) = &kb.kernel_args {
                     assert_eq!(&config.payload.cmdline, args, "{name}");
                 }
+                assert_eq!(boot.origin, KernelOrigin::KernelBoot, "{name}");
             }
             None => {
                 assert_eq!(config.payload.kernel, facts.default_kernel, "{name}");
+                assert_eq!(boot.origin, KernelOrigin::Bundled, "{name}");
                 assert_eq!(
                     config.payload.cmdline.contains("root=/dev/vda"),
                     !config.disks.is_empty(),

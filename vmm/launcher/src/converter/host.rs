@@ -1,7 +1,7 @@
 //! `HostFacts`: what the converter needs to know about the Pod and the node it runs on.
 //!
 //! Everything here is gathered by the launcher before it converts (probing KVM, reading its own
-//! flags); the converter itself does no I/O.
+//! flags, reading the boot disk: [`crate::discovery`]); the converter itself does no I/O.
 
 use std::path::PathBuf;
 
@@ -28,8 +28,60 @@ pub struct HostFacts {
     pub tap_device: String,
     /// The directory shared with virt-handler (`launcher-sock`, `console-sock`).
     pub socket_dir: PathBuf,
-    /// The private directory of the VMM's own sockets (serial, vsock, QMP).
+    /// The private directory of the VMM's own sockets (serial, vsock, QMP) and of the kernel and
+    /// initrd taken from the boot disk.
     pub run_dir: PathBuf,
+    /// What the launcher found on the boot disk.
+    pub boot: BootDiscovery,
+}
+
+/// What the boot disk holds, as the launcher's boot discovery ([`crate::discovery`]) found it
+/// before conversion: plain data, so that [`crate::converter::boot`] decides what the VM boots
+/// without reading anything.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum BootDiscovery {
+    /// Not looked for: the VMI boots the kernel of `firmware.kernelBoot`.
+    #[default]
+    NotLooked,
+    /// The VMI has no OS disk: no disk at all, or none that is a containerDisk or a
+    /// persistentVolumeClaim (only emptyDisks and cloud-init seeds). Why, in words.
+    NoOsDisk { reason: String },
+    /// The default entry of the boot configuration on the boot disk; its kernel and initrd
+    /// were copied into the run directory.
+    Found(FoundKernel),
+    /// The boot disk is a filesystem without a partition table, with no boot configuration and
+    /// no kernel: a bare root filesystem (Firecracker and Kata style).
+    BareFilesystem {
+        disk: String,
+        /// Its filesystem: `ext4, UUID ..., label "..."`.
+        filesystem: String,
+    },
+    /// The boot disk has a partition table and readable filesystems, but no boot configuration
+    /// and no kernel on any of them.
+    PartitionedWithoutKernel {
+        disk: String,
+        /// The table and what is on each partition: `GPT: partition 1 (ext4, UUID ...)`.
+        layout: String,
+    },
+    /// Nothing bootable on the boot disk, and why.
+    Nothing { disk: String, reason: String },
+}
+
+/// A kernel found on the boot disk.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FoundKernel {
+    /// The VMI's name of the boot disk.
+    pub disk: String,
+    /// The kernel, copied into the run directory.
+    pub kernel: PathBuf,
+    /// The initrds of the entry concatenated, copied into the run directory; `None` when the
+    /// entry has none.
+    pub initrd: Option<PathBuf>,
+    /// The entry's command line, as the image's boot configuration writes it.
+    pub cmdline: String,
+    /// Where the kernel came from: `kernel /boot/vmlinuz-... from partition 1 (ext4, UUID ...)
+    /// per /boot/grub/grub.cfg on partition 1 entry 'Debian GNU/Linux'`.
+    pub source: String,
 }
 
 impl HostFacts {
@@ -63,5 +115,32 @@ pub(crate) fn test_facts() -> HostFacts {
         tap_device: "tap0".into(),
         socket_dir: contract::layout::LAUNCHER_SOCKET_DIR.into(),
         run_dir: "/var/run/ferrovirt".into(),
+        boot: BootDiscovery::NotLooked,
+    }
+}
+
+/// [`test_facts`] with the boot discovery of `vmi` as if its boot disk were a bare ext4 root
+/// filesystem (nothing is read): kernelBoot VMIs are not looked at, VMIs without disks have none.
+#[cfg(test)]
+pub(crate) fn test_facts_for(vmi: &api::VirtualMachineInstance) -> HostFacts {
+    let kernel_boot = vmi
+        .spec
+        .domain
+        .firmware
+        .as_ref()
+        .is_some_and(|f| f.kernel_boot.is_some());
+    let boot = match super::disks::boot_disk(vmi) {
+        _ if kernel_boot => BootDiscovery::NotLooked,
+        Some((_, disk)) => BootDiscovery::BareFilesystem {
+            disk: disk.name.clone(),
+            filesystem: "ext4".into(),
+        },
+        None => BootDiscovery::NoOsDisk {
+            reason: "the VMI has no disk".into(),
+        },
+    };
+    HostFacts {
+        boot,
+        ..test_facts()
     }
 }

@@ -1,8 +1,10 @@
 //! The converter: one pure function from a (defaulted, validated) VMI and the [`HostFacts`] to
-//! the [`VmConfig`] both backends run.
+//! the [`VmConfig`] both backends run, and how it boots ([`boot::BootChoice`], reported on the
+//! VMI).
 //!
 //! It is made of one small piece per concern, each a pure function with its own table tests:
-//! [`cpu`], [`memory`], [`boot`] (kernel, initramfs, command line), [`disks`] (with the volume
+//! [`cpu`], [`memory`], [`boot`] (kernel, initramfs, command line: kernelBoot, the kernel found
+//! on the boot disk, or the bundled kernel), [`disks`] (with the volume
 //! plan of [`crate::volumes::plan`]), [`network`], [`console`] (serial, virtio console, vsock)
 //! and [`rng`]. [`convert`] calls them in that order and validates the result as a whole. A VMI
 //! feature Ferrovirt cannot run is an error naming its field path; nothing is silently dropped.
@@ -22,7 +24,8 @@ mod fixture_tests;
 use api::VirtualMachineInstance;
 use vmm::config::{Transport, ValidationError, VmConfig};
 
-pub use host::HostFacts;
+pub use boot::{BootChoice, KernelOrigin};
+pub use host::{BootDiscovery, FoundKernel, HostFacts};
 
 /// A problem with one field of the VMI.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -73,17 +76,24 @@ impl ConvertError {
     }
 }
 
+/// What a VMI converts to: the VM config and how (and why) it boots.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Converted {
+    pub config: VmConfig,
+    pub boot: BootChoice,
+}
+
 /// Converts a VMI (after `api::defaults::default_vmi` and `api::validation::validate_vmi`) into
 /// the VM config the backends run.
-pub fn convert(vmi: &VirtualMachineInstance, facts: &HostFacts) -> Result<VmConfig, ConvertError> {
+pub fn convert(vmi: &VirtualMachineInstance, facts: &HostFacts) -> Result<Converted, ConvertError> {
     let spec = &vmi.spec;
     let cpus = cpu::cpus(spec).map_err(ConvertError::Cpu)?;
     let memory = memory::memory(spec).map_err(ConvertError::Memory)?;
     let disks = disks::disks(vmi, facts).map_err(ConvertError::Disks)?;
-    let payload = boot::payload(spec, facts, &disks).map_err(ConvertError::Boot)?;
+    let boot = boot::plan(spec, facts, &disks).map_err(ConvertError::Boot)?;
     let net = network::net(vmi, facts).map_err(ConvertError::Network)?;
     let config = VmConfig {
-        payload,
+        payload: boot.payload,
         cpus,
         memory,
         disks,
@@ -98,7 +108,10 @@ pub fn convert(vmi: &VirtualMachineInstance, facts: &HostFacts) -> Result<VmConf
         transport: Transport::Mmio,
     };
     config.validate().map_err(ConvertError::Config)?;
-    Ok(config)
+    Ok(Converted {
+        config,
+        boot: boot.choice,
+    })
 }
 
 /// Parses a VMI from JSON, applies the defaults and validates it, as virt-api's

@@ -10,6 +10,7 @@ use crate::backend::qemu::QemuStartError;
 use crate::backend::{BackendError, MissingFile};
 use crate::console::ConsoleError;
 use crate::converter::{AdmitError, ConvertError};
+use crate::discovery::DiscoveryError;
 use crate::network::NetworkError;
 use crate::volumes::prepare::PrepareError;
 
@@ -18,6 +19,8 @@ use crate::volumes::prepare::PrepareError;
 pub enum SyncError {
     #[error("admit the VMI")]
     Admit(#[from] AdmitError),
+    #[error("examine the boot disk")]
+    Discovery(#[from] DiscoveryError),
     #[error("convert the VMI")]
     Convert(#[from] ConvertError),
     #[error("{0}")]
@@ -50,6 +53,7 @@ impl SyncError {
             }
             SyncError::Qemu(QemuStartError::Args(_)) => Code::InvalidArgument,
             SyncError::Prepare(_)
+            | SyncError::Discovery(_)
             | SyncError::MissingFile(_)
             | SyncError::Qemu(QemuStartError::QemuMissing)
             | SyncError::Qemu(QemuStartError::MissingFile(_)) => Code::FailedPrecondition,

@@ -2,9 +2,10 @@
 //! blocking tasks). Every state change goes through `Launcher::set_state`, which pushes a
 //! domain event to the handler's notify socket.
 //!
-//! `sync_vmi`: admit the VMI (parse, default, validate), probe KVM and choose the backend,
-//! convert, check socket paths, prepare the volumes, set up the pod network, start the backend
-//! with its vCPUs stopped, attach the console relay, then run the vCPUs (unless
+//! `sync_vmi`: admit the VMI (parse, default, validate), probe KVM and choose the backend, read
+//! the boot disk ([`crate::discovery`]), convert, check socket paths, prepare the volumes, set
+//! up the pod network, start the backend with its vCPUs stopped (QEMU with ACPI for a kernel
+//! from the user's disk), attach the console relay, then run the vCPUs (unless
 //! `startStrategy: Paused`). A second call while the VM exists changes nothing.
 
 use std::path::PathBuf;
@@ -21,13 +22,14 @@ use vmm::config::{ConsoleConfig, VmConfig};
 use super::error::{OpError, SyncError};
 use super::notify::Notifier;
 use crate::backend::kvm::KvmVm;
-use crate::backend::qemu::QemuVm;
+use crate::backend::qemu::{Acpi, QemuVm};
 use crate::backend::{
     choose, Backend, BackendChoice, BackendKind, MigrationParams, MigrationPhase,
     MigrationProgress, VmStatus,
 };
 use crate::console::ConsoleRelay;
-use crate::converter::{self, HostFacts};
+use crate::converter::{self, HostFacts, KernelOrigin};
+use crate::discovery;
 use crate::domain::{DomainInfo, DomainState, VmiRef};
 use crate::network::{self, PodNetwork};
 use crate::volumes;
@@ -67,6 +69,7 @@ impl Settings {
             tap_device: self.tap_device.clone(),
             socket_dir: self.socket_dir.clone(),
             run_dir: self.run_dir.clone(),
+            boot: converter::BootDiscovery::NotLooked,
         }
     }
 }
@@ -236,11 +239,13 @@ impl Launcher {
                 ),
             };
         }
-        let facts = self.settings.host_facts(kvm == KvmCapability::Hardware);
-        let config = converter::convert(&vmi, &facts)?;
-        check_sockets(&config, &facts)?;
+        let mut facts = self.settings.host_facts(kvm == KvmCapability::Hardware);
         let plans = converter::disks::volume_plans(&vmi, &facts)
             .map_err(|e| SyncError::Convert(converter::ConvertError::Disks(e)))?;
+        facts.boot = discovery::discover_boot(&vmi, &plans, &facts.run_dir)?;
+        let converter::Converted { config, boot } = converter::convert(&vmi, &facts)?;
+        log::info!("boot: {}", boot.description);
+        check_sockets(&config, &facts)?;
         volumes::prepare::prepare(&plans)?;
         if self.settings.pod_network && !config.net.is_empty() {
             let mut network = self.network.lock().unwrap_or_else(|e| e.into_inner());
@@ -269,7 +274,20 @@ impl Launcher {
             }
             _ => None,
         };
-        let mut backend = start_backend(choice.kind, &config, &self.settings.run_dir, incoming)?;
+        // A distribution kernel finds its virtio-mmio devices through ACPI only; ours boots
+        // without (see backend::qemu::args).
+        let acpi = match boot.origin {
+            KernelOrigin::UserDisk => Acpi::On,
+            KernelOrigin::KernelBoot | KernelOrigin::Bundled => Acpi::Off,
+        };
+        if acpi == Acpi::On && choice.kind == BackendKind::Kvm {
+            log::warn!(
+                "the KVM VMM has no ACPI tables yet: a distribution kernel may not find its \
+                 virtio-mmio disks"
+            );
+        }
+        let mut backend =
+            start_backend(choice.kind, &config, &self.settings.run_dir, incoming, acpi)?;
         match (early_attach, &serial) {
             (Some(attaching), _) => match attaching.join() {
                 Ok(result) => result?,
@@ -303,6 +321,7 @@ impl Launcher {
                 state: DomainState::Starting,
                 reason: String::new(),
                 backend: choice,
+                boot,
                 vcpus: u32::from(config.cpus.boot_vcpus),
                 memory_bytes: config.memory.size,
                 started: Instant::now(),
@@ -628,10 +647,13 @@ fn start_backend(
     config: &VmConfig,
     run_dir: &std::path::Path,
     incoming: bool,
+    acpi: Acpi,
 ) -> Result<Box<dyn Backend>, SyncError> {
     match kind {
-        BackendKind::QemuTcg if incoming => Ok(Box::new(QemuVm::start_incoming(config, run_dir)?)),
-        BackendKind::QemuTcg => Ok(Box::new(QemuVm::start(config, run_dir)?)),
+        BackendKind::QemuTcg if incoming => {
+            Ok(Box::new(QemuVm::start_incoming(config, run_dir, acpi)?))
+        }
+        BackendKind::QemuTcg => Ok(Box::new(QemuVm::start(config, run_dir, acpi)?)),
         BackendKind::Kvm => {
             std::fs::create_dir_all(run_dir)
                 .map_err(|e| SyncError::RunDir(run_dir.to_path_buf(), e))?;

@@ -1,9 +1,13 @@
 //! `VmConfig` -> `qemu-system-x86_64` arguments (pure).
 //!
-//! The machine is `microvm` under TCG, every device on virtio-mmio, described to the guest on
-//! its command line (`acpi=off`: QEMU appends the `virtio_mmio.device=` entries; our kernel has
-//! `CONFIG_VIRTIO_MMIO_CMDLINE_DEVICES`). An i8042 controller is added so that the launcher can
-//! press Ctrl-Alt-Del for a graceful shutdown (with ACPI on, the guest kernel fails to probe it). QEMU starts with its vCPUs
+//! The machine is `microvm` under TCG, every device on virtio-mmio. For Ferrovirt's own kernel
+//! (bundled or from a kernelBoot image) the devices are described on its command line
+//! (`acpi=off`: QEMU appends the `virtio_mmio.device=` entries; our kernel has
+//! `CONFIG_VIRTIO_MMIO_CMDLINE_DEVICES`). A distribution kernel found on the user's disk gets
+//! ACPI tables instead ([`Acpi::On`]): Debian's lacks that option and finds virtio-mmio devices
+//! only in the DSDT. An i8042 controller is added so that the launcher can press Ctrl-Alt-Del
+//! for a graceful shutdown (with ACPI on, our kernel fails to probe it; a distribution kernel
+//! with ACPI also gets the power button of `system_powerdown`). QEMU starts with its vCPUs
 //! stopped (`-S`) and serves QMP and the serial port on unix sockets; the launcher connects to
 //! both before it lets the vCPUs run, so no console byte is lost. The kernel command line gets
 //! `tsc_early_khz=` (TCG's TSC calibration hangs about one boot in three without it) and
@@ -20,6 +24,15 @@ pub enum ArgsError {
     Unsupported(&'static str, &'static str),
 }
 
+/// Whether the machine has ACPI tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Acpi {
+    /// `microvm,acpi=off`: for Ferrovirt's own kernel.
+    Off,
+    /// `microvm,acpi=on`: for a distribution kernel (the user's own, found on the boot disk).
+    On,
+}
+
 /// Where QEMU's own sockets go.
 #[derive(Clone, Debug)]
 pub struct QemuPaths {
@@ -31,6 +44,7 @@ pub fn qemu_args(
     config: &VmConfig,
     paths: &QemuPaths,
     tsc_khz: Option<u64>,
+    acpi: Acpi,
 ) -> Result<Vec<String>, ArgsError> {
     if config.vsock.is_some() {
         return Err(ArgsError::Unsupported(
@@ -40,14 +54,11 @@ pub fn qemu_args(
     }
     let mut args: Vec<String> = Vec::new();
     let mut push = |items: &[&str]| args.extend(items.iter().map(|s| s.to_string()));
-    push(&[
-        "-M",
-        "microvm,acpi=off",
-        "-accel",
-        "tcg",
-        "-device",
-        "i8042",
-    ]);
+    let machine = match acpi {
+        Acpi::Off => "microvm,acpi=off",
+        Acpi::On => "microvm,acpi=on",
+    };
+    push(&["-M", machine, "-accel", "tcg", "-device", "i8042"]);
     push(&["-nodefaults", "-no-user-config", "-display", "none", "-S"]);
     let mib = config.memory.size.div_ceil(1 << 20);
     push(&["-m", &format!("{mib}M")]);
@@ -197,7 +208,7 @@ mod tests {
 
     #[test]
     fn translation() {
-        let args = qemu_args(&config(), &paths(), Some(2_600_000)).unwrap();
+        let args = qemu_args(&config(), &paths(), Some(2_600_000), Acpi::Off).unwrap();
         let cases = [
             ("-M", "microvm,acpi=off"),
             ("-device", "i8042"),
@@ -247,6 +258,19 @@ mod tests {
     }
 
     #[test]
+    fn acpi_for_distribution_kernels_only() {
+        for (acpi, machine) in [
+            (Acpi::Off, "microvm,acpi=off"),
+            (Acpi::On, "microvm,acpi=on"),
+        ] {
+            let args = qemu_args(&config(), &paths(), None, acpi).unwrap();
+            assert!(has_pair(&args, "-M", machine), "{args:?}");
+            // The i8042 stays: Ctrl-Alt-Del is the graceful shutdown either way.
+            assert!(has_pair(&args, "-device", "i8042"), "{args:?}");
+        }
+    }
+
+    #[test]
     fn serial_modes() {
         let cases = [
             (ConsoleConfig::Null, "null"),
@@ -254,7 +278,8 @@ mod tests {
             (ConsoleConfig::Tty, "stdio"),
         ];
         for (serial, want) in cases {
-            let args = qemu_args(&VmConfig { serial, ..config() }, &paths(), None).unwrap();
+            let args =
+                qemu_args(&VmConfig { serial, ..config() }, &paths(), None, Acpi::Off).unwrap();
             assert!(has_pair(&args, "-serial", want), "{args:?}");
             assert!(!args.iter().any(|a| a.contains("tsc_early_khz")));
         }
@@ -270,13 +295,13 @@ mod tests {
             ..config()
         };
         assert!(matches!(
-            qemu_args(&vsock, &paths(), None),
+            qemu_args(&vsock, &paths(), None, Acpi::Off),
             Err(ArgsError::Unsupported("vsock", _))
         ));
         let console = VmConfig {
             console: ConsoleConfig::Null,
             ..config()
         };
-        assert!(qemu_args(&console, &paths(), None).is_err());
+        assert!(qemu_args(&console, &paths(), None, Acpi::Off).is_err());
     }
 }

@@ -7,18 +7,21 @@
 //! [`Backend::resume`], so the first console byte is not lost.
 //!
 //! Control: pause is QMP `stop`, resume `cont`, reset `system_reset`, forced stop `quit` (then
-//! SIGKILL if QEMU has not exited within a deadline). Graceful shutdown: the machine runs
-//! without ACPI (see [`args`]), so there is no ACPI power button; the launcher presses
-//! Ctrl-Alt-Del on the i8042 keyboard (QMP `send-key`): Linux signals init, which shuts the
-//! system down and reboots (busybox init runs its `ctrlaltdel` action, systemd its
-//! `ctrl-alt-del.target`). While a shutdown is pending a guest reset is the end of the shutdown:
-//! the launcher then quits QEMU. `system_powerdown` is sent too, for guests that boot with ACPI.
+//! SIGKILL if QEMU has not exited within a deadline). Graceful shutdown: with Ferrovirt's own
+//! kernel the machine runs without ACPI (see [`args`]), so there is no ACPI power button; the
+//! launcher presses Ctrl-Alt-Del on the i8042 keyboard (QMP `send-key`): Linux signals init,
+//! which shuts the system down and reboots (busybox init runs its `ctrlaltdel` action, systemd
+//! its `ctrl-alt-del.target`). While a shutdown is pending a guest reset is the end of the
+//! shutdown: the launcher then quits QEMU. `system_powerdown` is sent too, for guests that boot
+//! with ACPI (a distribution kernel from the user's disk).
 //!
 //! Death: [`Backend::poll`] reaps QEMU without blocking. The exit reason comes from the last
 //! QMP `SHUTDOWN` event (guest power-off, host quit) or, when QEMU died without one, from its
 //! exit status and the tail of its stderr: a crash.
 
 pub mod args;
+
+pub use args::Acpi;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -118,19 +121,24 @@ pub fn host_tsc_khz(cpuinfo: &str) -> Option<u64> {
 
 impl QemuVm {
     /// Starts QEMU for `config` with its vCPUs stopped; QEMU's sockets go to `run_dir`.
-    pub fn start(config: &VmConfig, run_dir: &Path) -> Result<QemuVm, QemuStartError> {
-        Self::start_with(config, run_dir, false)
+    pub fn start(config: &VmConfig, run_dir: &Path, acpi: Acpi) -> Result<QemuVm, QemuStartError> {
+        Self::start_with(config, run_dir, acpi, false)
     }
 
     /// Starts QEMU for `config` waiting for an incoming migration (`-incoming defer`: the
     /// stream's socket is named later, by [`Backend::listen_incoming`]).
-    pub fn start_incoming(config: &VmConfig, run_dir: &Path) -> Result<QemuVm, QemuStartError> {
-        Self::start_with(config, run_dir, true)
+    pub fn start_incoming(
+        config: &VmConfig,
+        run_dir: &Path,
+        acpi: Acpi,
+    ) -> Result<QemuVm, QemuStartError> {
+        Self::start_with(config, run_dir, acpi, true)
     }
 
     fn start_with(
         config: &VmConfig,
         run_dir: &Path,
+        acpi: Acpi,
         incoming: bool,
     ) -> Result<QemuVm, QemuStartError> {
         let qemu = find_in_path(QEMU_BINARY).ok_or(QemuStartError::QemuMissing)?;
@@ -144,7 +152,7 @@ impl QemuVm {
             let _ = std::fs::remove_file(path);
         }
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        let mut arguments = args::qemu_args(config, &paths, host_tsc_khz(&cpuinfo))?;
+        let mut arguments = args::qemu_args(config, &paths, host_tsc_khz(&cpuinfo), acpi)?;
         if incoming {
             arguments.extend(["-incoming".to_string(), "defer".to_string()]);
         }
