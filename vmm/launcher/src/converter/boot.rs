@@ -224,6 +224,16 @@ fn kernel_boot_plan(
     })
 }
 
+/// The virtio transport for a kernel of `origin` on the KVM VMM: Ferrovirt's own kernel (bundled
+/// or a kernelBoot container's) finds its devices through `virtio_mmio.device=`; a distribution
+/// kernel from the user's disk lacks that and finds them on PCI, described by ACPI.
+pub fn transport(origin: KernelOrigin) -> vmm::config::Transport {
+    match origin {
+        KernelOrigin::UserDisk => vmm::config::Transport::Pci,
+        KernelOrigin::KernelBoot | KernelOrigin::Bundled => vmm::config::Transport::Mmio,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use api::domain::{Disk, Firmware, KernelBoot, KernelBootContainer};
@@ -523,5 +533,13 @@ mod tests {
         for (kb, path) in cases {
             assert_eq!(plan(&spec(Some(kb)), &facts, &[]).unwrap_err().path, path);
         }
+    }
+
+    #[test]
+    fn a_kernel_from_the_users_disk_gets_the_pci_machine_ours_virtio_mmio() {
+        use vmm::config::Transport;
+        assert_eq!(transport(KernelOrigin::UserDisk), Transport::Pci);
+        assert_eq!(transport(KernelOrigin::Bundled), Transport::Mmio);
+        assert_eq!(transport(KernelOrigin::KernelBoot), Transport::Mmio);
     }
 }

@@ -22,7 +22,7 @@ pub mod rng;
 mod fixture_tests;
 
 use api::VirtualMachineInstance;
-use vmm::config::{Transport, ValidationError, VmConfig};
+use vmm::config::{ValidationError, VmConfig};
 
 pub use boot::{BootChoice, KernelOrigin};
 pub use host::{BootDiscovery, FoundKernel, HostFacts};
@@ -102,10 +102,7 @@ pub fn convert(vmi: &VirtualMachineInstance, facts: &HostFacts) -> Result<Conver
         console: console::virtio_console(spec),
         rng: rng::rng(spec),
         vsock: console::vsock(vmi, facts),
-        // Both kernels the converter boots today (the bundled one, a kernelBoot container's)
-        // find their devices through `virtio_mmio.device=`; a stock distro kernel from the
-        // user's own disk needs Transport::Pci.
-        transport: Transport::Mmio,
+        transport: boot::transport(boot.choice.origin),
     };
     config.validate().map_err(ConvertError::Config)?;
     Ok(Converted {

@@ -274,18 +274,13 @@ impl Launcher {
             }
             _ => None,
         };
-        // A distribution kernel finds its virtio-mmio devices through ACPI only; ours boots
-        // without (see backend::qemu::args).
+        // On QEMU microvm, a distribution kernel finds its virtio-mmio devices through ACPI
+        // only; ours boots without (see backend::qemu::args). The KVM VMM gives such a kernel
+        // its PCI machine with ACPI tables instead (the config's transport).
         let acpi = match boot.origin {
             KernelOrigin::UserDisk => Acpi::On,
             KernelOrigin::KernelBoot | KernelOrigin::Bundled => Acpi::Off,
         };
-        if acpi == Acpi::On && choice.kind == BackendKind::Kvm {
-            log::warn!(
-                "the KVM VMM has no ACPI tables yet: a distribution kernel may not find its \
-                 virtio-mmio disks"
-            );
-        }
         let mut backend =
             start_backend(choice.kind, &config, &self.settings.run_dir, incoming, acpi)?;
         match (early_attach, &serial) {
