@@ -3,6 +3,8 @@
 //! server that records domain events, and a console reader with deadlines.
 #![allow(dead_code)]
 
+pub mod cloud_image;
+
 use std::io::Read;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
@@ -186,8 +188,16 @@ impl LauncherProcess {
 
 impl Drop for LauncherProcess {
     fn drop(&mut self) {
+        // `kill -KILL -- -PGID` (procps); busybox's kill (the nested tier's L1) takes the
+        // group as `-KILL -PGID` without the `--`.
         let group = format!("-{}", self.child.id());
-        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+        let killed = Command::new("kill")
+            .args(["-KILL", "--", &group])
+            .stderr(Stdio::null())
+            .status();
+        if !killed.is_ok_and(|s| s.success()) {
+            let _ = Command::new("kill").args(["-KILL", &group]).status();
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
