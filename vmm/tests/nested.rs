@@ -34,7 +34,7 @@ use vmm::lifecycle::VmExit;
 use vmm::vmm::Vmm;
 
 /// A whole nested test (the L1's boot, the guest's, the checks) must end within this.
-const L1_DEADLINE: Duration = Duration::from_secs(420);
+const L1_DEADLINE: Duration = Duration::from_secs(600);
 
 /// The guest image set of `guest-images/build.sh`.
 fn images() -> PathBuf {
@@ -192,9 +192,6 @@ fn linux_boots_to_the_ready_marker_and_stops_on_request() {
             "nested: ready marker {:.2} s after boot",
             started.elapsed().as_secs_f64()
         );
-        if std::env::var_os("NESTED_DUMP").is_some() {
-            println!("{}", serial_log(&serial));
-        }
         // A graceful stop: ctrl-alt-del, which the tiny guest's init answers with a reboot.
         let exit = vm.shutdown(Duration::from_secs(60));
         assert!(
@@ -342,6 +339,21 @@ fn ip(args: &[&str]) {
     );
 }
 
+/// A persistent tap `name` in the L1 with address `cidr`, up (busybox has no `ip tuntap`).
+fn l1_tap(name: &str, cidr: &str) {
+    let out = Command::new("tunctl")
+        .args(["-t", name])
+        .output()
+        .expect("run tunctl (busybox in the L1)");
+    assert!(
+        out.status.success(),
+        "tunctl -t {name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ip(&["addr", "add", cidr, "dev", name]);
+    ip(&["link", "set", name, "up"]);
+}
+
 #[test]
 fn virtio_net_pings_both_ways_and_carries_100_mib_intact() {
     let name = "virtio_net_pings_both_ways_and_carries_100_mib_intact";
@@ -363,18 +375,7 @@ rm -f /tmp/blob
     files.push(dir.clone());
     nested_test(name, &files, L1_DEADLINE, || {
         let serial = dir.join("serial.log");
-        // A persistent tap the VMM attaches to (busybox has no `ip tuntap`).
-        let out = Command::new("tunctl")
-            .args(["-t", "fvtap0"])
-            .output()
-            .expect("run tunctl (busybox in the L1)");
-        assert!(
-            out.status.success(),
-            "tunctl -t fvtap0: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        ip(&["addr", "add", "10.77.0.1/24", "dev", "fvtap0"]);
-        ip(&["link", "set", "fvtap0", "up"]);
+        l1_tap("fvtap0", "10.77.0.1/24");
         let listener = TcpListener::bind("10.77.0.1:5000").expect("listen on the tap's address");
         let mut config = linux(&serial);
         config.disks = vec![disk(&dir.join("cidata.iso"), true)];
@@ -634,27 +635,15 @@ fn sigterm_to_the_vmm_command_shuts_the_linux_guest_down() {
         wait_for_serial(&serial, READY_MARKER, |log| log.contains(READY_MARKER));
         common::signal(&child, libc::SIGTERM);
         let started = Instant::now();
-        let status = loop {
-            if let Some(status) = child.try_wait().expect("wait for vmm") {
-                break status;
-            }
-            if started.elapsed() > Duration::from_secs(90) {
-                let _ = child.kill();
-                panic!(
-                    "vmm did not end after SIGTERM; serial:\n{}",
-                    serial_log(&serial)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
+        let code = wait_exit(&mut child, &serial, Duration::from_secs(90));
         println!(
-            "nested: SIGTERM -> vmm exit {status} after {:.2} s",
+            "nested: SIGTERM -> vmm exit {code} after {:.2} s",
             started.elapsed().as_secs_f64()
         );
         // 0: the guest rebooted or powered off on ctrl-alt-del; 3 would be the grace expiring.
         assert_eq!(
-            status.code(),
-            Some(0),
+            code,
+            0,
             "the guest did not shut down on SIGTERM; serial:\n{}",
             serial_log(&serial)
         );
@@ -826,17 +815,7 @@ if ping -c 2 -W 5 10.78.0.1 >/dev/null 2>&1; then echo "NESTED-NET ok"; else ech
         }
     }
     nested_test(name, &files, L1_DEADLINE, || {
-        let out = Command::new("tunctl")
-            .args(["-t", "fvtap0"])
-            .output()
-            .expect("run tunctl (busybox in the L1)");
-        assert!(
-            out.status.success(),
-            "tunctl: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        ip(&["addr", "add", "10.78.0.1/24", "dev", "fvtap0"]);
-        ip(&["link", "set", "fvtap0", "up"]);
+        l1_tap("fvtap0", "10.78.0.1/24");
 
         // 1. Up to a login prompt, then SIGTERM: the ACPI power button, and the guest's S5.
         let started = Instant::now();

@@ -60,17 +60,34 @@ fn kvm_backend_runs_a_vmi_with_container_disk_cloud_init_and_empty_disk() {
     });
 }
 
-async fn kvm_backend_body() {
-    let dirs = TestDirs::new("nested");
-    dirs.container_disk("rootdisk", &image("rootdisk.img"));
-    let mut process = LauncherProcess::start(
+/// A launcher with the project's kernel and initramfs as its bundled ones and `root` as
+/// containerDisk volume `rootdisk`; its directories, process, client and console.
+async fn launcher_with_root_disk(
+    name: &str,
+    root: &std::path::Path,
+) -> (
+    TestDirs,
+    LauncherProcess,
+    v1::launcher_client::LauncherClient<tonic::transport::Channel>,
+    ConsoleReader,
+) {
+    let dirs = TestDirs::new(name);
+    dirs.container_disk("rootdisk", root);
+    let process = LauncherProcess::start(
         &dirs,
         &image("vmlinux"),
         Some(&image("initramfs.cpio.gz")),
         &[],
     );
-    let mut client = client(&dirs).await;
+    let client = client(&dirs).await;
     let console = ConsoleReader::connect(&dirs);
+    (dirs, process, client, console)
+}
+
+async fn kvm_backend_body() {
+    // `_dirs` lives to the end: dropping it removes the launcher's directories.
+    let (_dirs, mut process, mut client, console) =
+        launcher_with_root_disk("nested", &image("rootdisk.img")).await;
     let vmi = serde_json::json!({
         "apiVersion": "kubevirt.io/v1",
         "kind": "VirtualMachineInstance",
@@ -181,17 +198,10 @@ fn a_cloud_image_boots_its_own_stock_kernel_on_the_kvm_vmm() {
 
 async fn cloud_image_body(cloud: PathBuf) {
     use common::cloud_image::{ENTRY, MARKER};
-    let dirs = TestDirs::new("nested-cloud");
-    dirs.container_disk("rootdisk", &cloud);
     // The bundled kernel is the project's own: it must not be what boots.
-    let mut process = LauncherProcess::start(
-        &dirs,
-        &image("vmlinux"),
-        Some(&image("initramfs.cpio.gz")),
-        &[],
-    );
-    let mut client = client(&dirs).await;
-    let console = ConsoleReader::connect(&dirs);
+    // `_dirs` lives to the end: dropping it removes the launcher's directories.
+    let (_dirs, mut process, mut client, console) =
+        launcher_with_root_disk("nested-cloud", &cloud).await;
     let vmi = serde_json::json!({
         "apiVersion": "kubevirt.io/v1",
         "kind": "VirtualMachineInstance",
