@@ -17,7 +17,7 @@
 # Steps 1 and 3 set up what the others need: when one fails, the run stops there. Every test
 # step runs whatever an earlier one did; the summary at the end lists each step with its time
 # and result, and the script exits non-zero if any step failed.
-# Usage: hack/test.sh            (as root; sudo hack/test.sh where you are not root)
+# Usage: hack/test.sh            (as root)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ((EUID == 0)) || {

@@ -10,7 +10,7 @@
 #      then waits for the KubeVirt CR's Available condition and this build's version; on a
 #      cluster installed before, it applies the new operator manifest instead (an upgrade);
 #   5. creates examples/vm-cirros.yaml and waits until its VMI is Running.
-# Usage: hack/up.sh                (as root, from anywhere; sudo hack/up.sh where you are not root)
+# Usage: hack/up.sh                (as root, from anywhere)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
