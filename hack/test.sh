@@ -4,7 +4,7 @@
 #   2. the KVM test guests on QEMU TCG, then format and lint checks (rustfmt, clippy and
 #      hack/shellcheck.sh);
 #   2b. the nested-KVM tier: real Linux guests on the VMM inside an L1 VM with nested SVM
-#      (hack/kvm-host.sh; vmm/tests/nested.rs and vmm/launcher/tests/nested_launcher.rs, the
+#      (hack/kvm-host.sh; vmm/tests/nested*.rs and vmm/launcher/tests/nested_launcher.rs, the
 #      `nested` feature of both packages);
 #   3. the local cluster with Ferrovirt installed, a worker node for migration and a VM running
 #      (hack/up.sh);
@@ -72,7 +72,7 @@ step "cargo fmt --check" cargo fmt --all -- --check
 step "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
 step "shellcheck" hack/shellcheck.sh
 nested_tier() {
-  cargo test -p vmm --features nested --test nested --locked -- --nocapture &&
+  cargo test -p vmm --features nested --test nested --test nested_lifecycle --locked -- --nocapture &&
     cargo test -p launcher --features nested --test nested_launcher --locked -- --nocapture
 }
 step "nested-KVM tier: Linux on the VMM and the launcher's KVM backend in an L1 with real KVM" \
