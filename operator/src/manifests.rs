@@ -67,6 +67,7 @@ pub fn render(cfg: &InstallConfig) -> Vec<Value> {
     }
     objects.extend(controller_rbac(cfg));
     objects.extend(handler_rbac(cfg));
+    objects.extend(crate::user_roles::objects());
     objects.push(controller_deployment(cfg));
     objects.push(handler_daemonset(cfg));
     objects

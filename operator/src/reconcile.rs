@@ -482,6 +482,16 @@ pub fn next_status(
             &message,
         );
     }
+    // Called after every object of the install was applied.
+    set_condition(
+        &mut status.conditions,
+        Condition::new(
+            "Created",
+            true,
+            "AllResourcesCreated",
+            "All resources were created.",
+        ),
+    );
     status
 }
 
@@ -643,6 +653,7 @@ async fn uninstall(kv: &KubeVirt, ctx: &Context) -> Result<Action, Error> {
             "Removing Ferrovirt",
         ),
     );
+    status.conditions.retain(|c| c.type_ != "Created");
     patch_status(ctx, kv, status).await?;
 
     // 1. The workload CRDs, which deletes every VM and VMI; wait until they are gone.
@@ -829,6 +840,8 @@ mod tests {
             Some("registry:5000/ferrovirt")
         );
         assert_eq!(s2.observed_generation, Some(1));
+        // KubeVirt's test suite waits for Created before it runs.
+        assert!(condition(&s2, "Created").is_true());
         // Nothing changes on the next look: no status write, no reconcile loop.
         assert_eq!(next_status(&s2, Some(1), &cfg("v1"), "v1", done), s2);
     }

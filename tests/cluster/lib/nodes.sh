@@ -274,19 +274,43 @@ start_node() {
     pid=$(holder_pid "$name")
     local enter=(nsenter -t "$pid" -m)
     ((NODE_OWN_NETNS)) && enter+=(-n)
-    start_daemon "$name-containerd" "$name/system" "${enter[@]}" -- /usr/bin/containerd --config /etc/containerd/config.toml
-    wait_for "containerd on $name" 30 in_node "$name" test -S /run/containerd/containerd.sock ||
-        die "containerd on $name did not start (log: $LOGS/$name-containerd.log)"
+    if ! daemon_running "$name-containerd"; then
+        local log=$LOGS/$name-containerd.log offset
+        offset=$(($(stat -c %s "$log" 2>/dev/null || echo 0) + 1))
+        start_daemon "$name-containerd" "$name/system" "${enter[@]}" -- /usr/bin/containerd --config /etc/containerd/config.toml
+        # The socket comes first; the CRI service answers "server is not initialized
+        # yet" until it has recovered its state (seconds under load), and a kubelet
+        # started before that exits at once. containerd logs this line just before.
+        wait_for "containerd's CRI service on $name" 120 containerd_cri_started "$log" "$offset" ||
+            die "containerd on $name did not start (log: $log)"
+    fi
     # A restarted kubelet must renew its lease before its node counts as Ready again.
     daemon_running "$name-kubelet" || date +%s >"$dir/kubelet.started"
+    start_kubelet "$name"
+    start_daemon "$name-kube-proxy" "$name/system" "${enter[@]}" -- "$KUBE_BIN/kube-proxy" \
+        --config "$dir/kube-proxy.yaml"
+}
+
+# containerd_cri_started LOG OFFSET: containerd's log, from byte OFFSET on, says
+# its CRI service has started serving.
+containerd_cri_started() {
+    tail -c +"$2" "$1" 2>/dev/null | grep -q 'Start streaming server'
+}
+
+# start_kubelet NAME: starts the node's kubelet (no-op if it runs).
+start_kubelet() {
+    local name=$1 dir pid
+    dir=$(node_dir "$name")
+    load_node "$name"
+    pid=$(holder_pid "$name")
+    local enter=(nsenter -t "$pid" -m)
+    ((NODE_OWN_NETNS)) && enter+=(-n)
     start_daemon "$name-kubelet" "$name/system" "${enter[@]}" -- "$KUBE_BIN/kubelet" \
         --config "$dir/kubelet-config.yaml" \
         --kubeconfig "$KCFG/kubelet-$name.kubeconfig" \
         --hostname-override "$name" \
         --node-ip "$NODE_IP" \
         --oom-score-adj 0
-    start_daemon "$name-kube-proxy" "$name/system" "${enter[@]}" -- "$KUBE_BIN/kube-proxy" \
-        --config "$dir/kube-proxy.yaml"
 }
 
 # node_ready NAME [SINCE]: Ready, and (with SINCE, epoch seconds) its kubelet
@@ -302,11 +326,25 @@ node_ready() {
 }
 
 # wait_node_ready NAME SECONDS: Ready, with a lease renewed since its kubelet started.
+# A kubelet that exits on its own while we wait (it does when its runtime or the
+# API server is not answering yet) is started again, up to three times.
 wait_node_ready() {
     local since
     since=$(cat "$(node_dir "$1")/kubelet.started" 2>/dev/null || echo 0)
-    wait_for "node $1 Ready" "${2:-120}" node_ready "$1" "$since" ||
+    KUBELET_RESTARTS=0
+    # wait_for silences its command; fd 4 keeps the restart notes visible.
+    wait_for "node $1 Ready" "${2:-120}" node_ready_or_restart "$1" "$since" 4>&2 ||
         die "node $1 is not Ready (logs: $LOGS/$1-kubelet.log, $LOGS/$1-containerd.log)"
+}
+
+node_ready_or_restart() {
+    node_ready "$1" "$2" && return 0
+    if ! daemon_running "$1-kubelet" && ((KUBELET_RESTARTS < 3)); then
+        KUBELET_RESTARTS=$((KUBELET_RESTARTS + 1))
+        log "the kubelet of $1 exited ($(tail -n 1 "$LOGS/$1-kubelet.log" | cut -c1-200)); starting it again" 2>&4
+        start_kubelet "$1"
+    fi
+    return 1
 }
 
 # add_node NAME: registers a worker node (next free index) and starts it.

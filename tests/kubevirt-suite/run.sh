@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Runs KubeVirt's own functional test suite (its prebuilt tests.test and virtctl) against the
+# local cluster, for the specs listed in specs.txt, and prints a table of each spec's result and
+# "N passed, M failed".
+#
+# Usage: tests/kubevirt-suite/run.sh KUBEVIRT_DIR [SPEC-LIST]
+#   KUBEVIRT_DIR holds tests.test(.xz) and virtctl(.xz), as built from KubeVirt's source
+#   (`go test -c ./tests/`, `go build ./cmd/virtctl`).
+#   SPEC-LIST (default tests/kubevirt-suite/specs.txt): lines "FILE:LINE<TAB>EXPECT<TAB>TEXT<TAB>WHY"
+#   with EXPECT `pass` or `fail` (WHY says why it fails on Ferrovirt); `#` starts a comment.
+# Environment: KUBEVIRT_SUITE_OUT (default /var/tmp/ferrovirt-kubevirt-suite) gets the JSON
+# report, the suite's log and artifacts; KUBEVIRT_SUITE_TIMEOUT (default 40m) bounds the run.
+# Exit status: 0 when every spec expected to pass passed, 1 when one did not (or a spec
+# expected to fail passed: the list is out of date), 2 when the suite could not run.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=../cluster/lib/common.sh
+source "$here/../cluster/lib/common.sh"
+
+kv_dir=${1:-}
+list=${2:-$here/specs.txt}
+out=${KUBEVIRT_SUITE_OUT:-/var/tmp/ferrovirt-kubevirt-suite}
+timeout=${KUBEVIRT_SUITE_TIMEOUT:-40m}
+
+fail() { echo "kubevirt-suite: $*" >&2; exit 2; }
+[[ -n $kv_dir ]] || fail "usage: $0 KUBEVIRT_DIR [SPEC-LIST] (the directory with KubeVirt's tests.test and virtctl)"
+[[ -d $kv_dir ]] || fail "$kv_dir: no such directory; it must hold KubeVirt's tests.test and virtctl (or their .xz)"
+[[ -r $list ]] || fail "$list: no spec list"
+[[ -r $ADMIN_KUBECONFIG ]] || fail "no local cluster ($ADMIN_KUBECONFIG is missing): run hack/up.sh first"
+
+# unpack NAME: the binary, unpacked once per content into the cache.
+bins=$CACHE_DIR/kubevirt-suite
+unpack() {
+  local name=$1 src key
+  if [[ -x $kv_dir/$name ]]; then
+    echo "$kv_dir/$name"
+    return
+  fi
+  src=$kv_dir/$name.xz
+  [[ -r $src ]] || fail "$kv_dir has neither $name nor $name.xz"
+  key=$(stat -c '%s-%Y' "$src")
+  if [[ ! -x $bins/$key/$name ]]; then
+    mkdir -p "$bins/$key"
+    xz -dc "$src" >"$bins/$key/$name.tmp" || fail "cannot unpack $src"
+    chmod +x "$bins/$key/$name.tmp"
+    mv "$bins/$key/$name.tmp" "$bins/$key/$name"
+  fi
+  echo "$bins/$key/$name"
+}
+suite=$(unpack tests.test)
+virtctl=$(unpack virtctl)
+
+# The namespaces the suite creates must not exist yet: remove what an earlier run left.
+kubectl_admin delete namespace --ignore-not-found --wait=true --timeout=180s \
+  kubevirt-test-default1 kubevirt-test-alternative1 kubevirt-test-operator1 kubevirt-test-privileged1 >/dev/null
+
+rm -rf "$out"
+mkdir -p "$out/artifacts"
+# The suite's settings: KubeVirt's tests/default-config.json names storage classes the
+# storage specs use; none of the listed specs needs one.
+cat >"$out/config.json" <<'JSON'
+{
+  "storageClassLocal": "local",
+  "storageClassHostPath": "host-path",
+  "storageClassBlockVolume": "block-volume",
+  "storageClassHostPathSeparateDevice": "host-path-sd"
+}
+JSON
+
+# focus-file takes FILE:LINE, FILE a regexp on the spec's source path.
+focus=()
+while IFS=$'\t' read -r location _; do
+  [[ -z $location || $location == \#* ]] && continue
+  focus+=("--ginkgo.focus-file=$location")
+done <"$list"
+((${#focus[@]})) || fail "$list lists no spec"
+
+echo "kubevirt-suite: ${#focus[@]} specs from $list; log: $out/suite.log" >&2
+rc=0
+timeout --kill-after=60 "$timeout" "$suite" \
+  -kubeconfig="$ADMIN_KUBECONFIG" -installed-namespace=kubevirt \
+  -container-prefix="registry:$REGISTRY_PORT/kubevirt" -container-tag=latest \
+  -virtctl-path="$virtctl" -kubectl-path="$KUBE_BIN/kubectl" \
+  -config="$out/config.json" -artifacts="$out/artifacts" \
+  "${focus[@]}" --ginkgo.v --ginkgo.no-color --ginkgo.timeout="$timeout" \
+  --ginkgo.json-report="$out/report.json" >"$out/suite.log" 2>&1 || rc=$?
+[[ -s $out/report.json ]] || fail "the suite wrote no report (exit $rc); the end of $out/suite.log:
+$(tail -n 30 "$out/suite.log")"
+
+python3 "$here/report.py" "$out/report.json" "$list"
