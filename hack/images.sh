@@ -28,6 +28,14 @@ die() { log "error: $*"; exit 1; }
 [[ -d $GUEST ]] || die "no guest images in $GUEST: run guest-images/build.sh"
 
 log "building release binaries"
+# What virt-api's version subresource reports (api/server/src/lib.rs version_info).
+if git rev-parse --git-dir >/dev/null 2>&1; then
+  FERROVIRT_GIT_COMMIT=$(git rev-parse HEAD)
+  FERROVIRT_BUILD_DATE=$(TZ=UTC git log -1 --date=format-local:%Y-%m-%dT%H:%M:%SZ --format=%cd)
+  FERROVIRT_GIT_TREE_STATE=clean
+  git diff --quiet HEAD -- 2>/dev/null || FERROVIRT_GIT_TREE_STATE=dirty
+  export FERROVIRT_GIT_COMMIT FERROVIRT_BUILD_DATE FERROVIRT_GIT_TREE_STATE
+fi
 cargo build --release --locked -p controller -p handler -p launcher -p virt-api -p operator -p virtctl --bins >&2
 
 MARKER_DIR=$(mktemp -d)

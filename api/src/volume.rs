@@ -66,6 +66,9 @@ impl Volume {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerDiskSource {
+    /// Required; defaulted to empty so that a missing image is refused by validation with its
+    /// field path (`containerDisk.image: Required`), not by a deserialization error.
+    #[serde(default)]
     pub image: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_pull_policy: Option<String>,

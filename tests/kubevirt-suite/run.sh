@@ -54,6 +54,29 @@ virtctl=$(unpack virtctl)
 kubectl_admin delete namespace --ignore-not-found --wait=true --timeout=180s \
   kubevirt-test-default1 kubevirt-test-alternative1 kubevirt-test-operator1 kubevirt-test-privileged1 >/dev/null
 
+# The suite refuses to start unless every node running virt-handler offers KVM and vhost-net
+# as devices, or the KubeVirt CR sets useEmulation. Without them (this machine has no
+# /dev/vhost-net, and its /dev/kvm runs no ordinary guest) VMs run on QEMU TCG anyway: say so
+# in the CR for the run, as a KubeVirt user on such nodes does, and put it back after.
+devices_everywhere() {
+  local kvm vhost
+  kvm=$(kubectl_admin get nodes -l kubevirt.io/schedulable=true -o jsonpath='{range .items[*]}{.status.allocatable.devices\.kubevirt\.io/kvm}{" "}{end}')
+  vhost=$(kubectl_admin get nodes -l kubevirt.io/schedulable=true -o jsonpath='{range .items[*]}{.status.allocatable.devices\.kubevirt\.io/vhost-net}{" "}{end}')
+  [[ -n ${kvm// /} && -n ${vhost// /} && ! " $kvm $vhost " =~ " 0 " ]]
+}
+emulation_was=$(kubectl_admin -n kubevirt get kubevirt kubevirt \
+  -o jsonpath='{.spec.configuration.developerConfiguration.useEmulation}')
+if [[ $emulation_was != true ]] && ! devices_everywhere; then
+  echo "kubevirt-suite: the nodes offer no devices.kubevirt.io/vhost-net (or kvm): running with useEmulation: true" >&2
+  set_emulation() {
+    kubectl_admin -n kubevirt patch kubevirt kubevirt --type=merge \
+      -p "{\"spec\":{\"configuration\":{\"developerConfiguration\":{\"useEmulation\":$1}}}}" >/dev/null
+  }
+  set_emulation true
+  trap 'set_emulation "${emulation_was:-null}"' EXIT
+  kubectl_admin -n kubevirt wait kubevirt kubevirt --for=condition=Available --timeout=300s >/dev/null
+fi
+
 rm -rf "$out"
 mkdir -p "$out/artifacts"
 # The suite's settings: KubeVirt's tests/default-config.json names storage classes the

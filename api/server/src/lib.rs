@@ -26,15 +26,40 @@ pub mod vmi_actions;
 pub mod websocket;
 
 /// The version of this build, answered at `/apis/subresources.kubevirt.io/v1/version` in the
-/// shape of KubeVirt's `version.Info`.
+/// shape of KubeVirt's `version.Info`. The commit, its tree state and the build date come from
+/// the environment of the build (`hack/images.sh` sets them from git: the date is the commit's,
+/// so a rebuild of the same commit answers the same); a build without them says "unknown".
+/// `compiler` is the truth, `rustc`: KubeVirt's is Go's `gc`.
 pub fn version_info() -> serde_json::Value {
     serde_json::json!({
         "gitVersion": concat!("v", env!("CARGO_PKG_VERSION")),
-        "gitCommit": option_env!("FERROVIRT_GIT_COMMIT").unwrap_or(""),
-        "gitTreeState": "",
-        "buildDate": "",
+        "gitCommit": option_env!("FERROVIRT_GIT_COMMIT").unwrap_or("unknown"),
+        "gitTreeState": option_env!("FERROVIRT_GIT_TREE_STATE").unwrap_or("unknown"),
+        "buildDate": option_env!("FERROVIRT_BUILD_DATE").unwrap_or("unknown"),
         "goVersion": "",
         "compiler": "rustc",
-        "platform": format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH),
+        "platform": platform(std::env::consts::OS, std::env::consts::ARCH),
     })
+}
+
+/// `os/arch` as Go and Kubernetes name them (`linux/amd64`, not Rust's `linux/x86_64`).
+fn platform(os: &str, arch: &str) -> String {
+    let arch = match arch {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        "powerpc64" => "ppc64le",
+        other => other,
+    };
+    format!("{os}/{arch}")
+}
+
+#[cfg(test)]
+mod version_tests {
+    #[test]
+    fn platform_uses_go_architecture_names() {
+        assert_eq!(super::platform("linux", "x86_64"), "linux/amd64");
+        assert_eq!(super::platform("linux", "aarch64"), "linux/arm64");
+        assert_eq!(super::platform("linux", "s390x"), "linux/s390x");
+    }
 }

@@ -268,6 +268,11 @@ fn vmi_rules() {
             vec![("spec.volumes[2].hostDisk", NotSupported)],
         ),
         (
+            "containerDisk without image",
+            with(vmi(), "/spec/volumes/0/containerDisk", json!({})),
+            vec![("spec.volumes[0].containerDisk.image", Required)],
+        ),
+        (
             "empty containerDisk image",
             with(vmi(), "/spec/volumes/0/containerDisk/image", json!("")),
             vec![("spec.volumes[0].containerDisk.image", Required)],

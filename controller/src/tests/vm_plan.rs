@@ -163,6 +163,15 @@ fn state_change_requests_drive_manual_vms() {
         p.status.state_change_requests.is_empty(),
         "served Start is dropped"
     );
+    assert!(!p.start_paused);
+
+    // `virtctl start --paused`: the Start request carries startPaused.
+    let mut paused = start.clone();
+    paused.status.as_mut().unwrap().state_change_requests[0].data =
+        Some([("startPaused".to_string(), "true".to_string())].into());
+    let p = plan(&paused, None, now());
+    assert_eq!(p.action, VmiAction::Create);
+    assert!(p.start_paused);
 
     let running = vmi(Some(VmiPhase::Running), "r1");
     let stop = with_requests(vm("Manual"), &[("Stop", Some("r1"))]);

@@ -34,6 +34,9 @@ pub enum VmiAction {
 pub struct VmPlan {
     pub action: VmiAction,
     pub status: VirtualMachineStatus,
+    /// The Create serves a `Start` request that asked to start paused (`virtctl start
+    /// --paused`): the new VMI gets `startStrategy: Paused`.
+    pub start_paused: bool,
 }
 
 /// Back-off after the first failure; doubles per consecutive failure up to the maximum.
@@ -153,8 +156,14 @@ pub fn plan(vm: &VirtualMachine, vmi: Option<&VirtualMachineInstance>, now: Time
         }
     };
     // A Create while a request is first means the request is being served.
+    let mut start_paused = false;
     if action == VmiAction::Create && requests.first().is_some_and(|r| r.action == "Start") {
-        requests.remove(0);
+        let served = requests.remove(0);
+        start_paused = served
+            .data
+            .as_ref()
+            .and_then(|d| d.get("startPaused"))
+            .is_some_and(|v| v == "true");
     }
     status.state_change_requests = requests;
 
@@ -175,7 +184,11 @@ pub fn plan(vm: &VirtualMachine, vmi: Option<&VirtualMachineInstance>, now: Time
         )
         .to_string(),
     );
-    VmPlan { action, status }
+    VmPlan {
+        action,
+        status,
+        start_paused,
+    }
 }
 
 fn vm_conditions(vmi: Option<&VirtualMachineInstance>, ready: bool) -> Vec<Condition> {

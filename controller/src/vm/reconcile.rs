@@ -31,7 +31,12 @@ pub async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Act
     let mut requeue = Duration::from_secs(300);
     match &plan.action {
         VmiAction::Nothing => {}
-        VmiAction::Create => match vmi_for(&vm) {
+        VmiAction::Create => match vmi_for(&vm).map(|mut new| {
+            if plan.start_paused {
+                new.spec.start_strategy = Some("Paused".into());
+            }
+            new
+        }) {
             Some(new) => match vmis.create(&PostParams::default(), &new).await {
                 Ok(_) => {
                     ctx.event(
