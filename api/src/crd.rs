@@ -1,4 +1,5 @@
-//! The CustomResourceDefinitions of the kubevirt.io kinds.
+//! The CustomResourceDefinitions of the kubevirt.io kinds, and of the kinds of KubeVirt's sibling
+//! groups that Ferrovirt serves without implementing them ([`crate::siblings`]).
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
@@ -8,15 +9,18 @@ use crate::{
     VirtualMachineInstanceReplicaSet,
 };
 
-/// Every CRD Ferrovirt installs, in a stable order.
+/// Every CRD Ferrovirt installs, in a stable order: the kinds it implements, then the
+/// [siblings](crate::siblings).
 pub fn all() -> Vec<CustomResourceDefinition> {
-    vec![
+    let mut crds = vec![
         KubeVirt::crd(),
         VirtualMachine::crd(),
         VirtualMachineInstance::crd(),
         VirtualMachineInstanceMigration::crd(),
         VirtualMachineInstanceReplicaSet::crd(),
-    ]
+    ];
+    crds.extend(crate::siblings::crds());
+    crds
 }
 
 /// The CRDs as one multi-document YAML stream.

@@ -1,7 +1,8 @@
 //! The `kubevirt.io/v1` API as Ferrovirt serves it: the Rust types of `VirtualMachine`,
 //! `VirtualMachineInstance`, `VirtualMachineInstanceMigration`,
 //! `VirtualMachineInstanceReplicaSet` and `KubeVirt`, their CRDs, and the pure defaulting and
-//! validation functions that virt-api's webhooks, the controllers and the launcher share.
+//! validation functions that virt-api's webhooks, the controllers and the launcher share; and
+//! the CRDs of KubeVirt's other kinds, served but not implemented ([`siblings`]).
 //!
 //! Field names and JSON shapes are KubeVirt's (from its OpenAPI document), so KubeVirt
 //! manifests and clients work unchanged. What Ferrovirt does not model is kept, not dropped
@@ -25,6 +26,7 @@ pub mod other;
 pub mod quantity;
 pub mod replicaset;
 mod schema;
+pub mod siblings;
 pub mod validation;
 pub mod vm;
 pub mod vmi;

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use api::KubeVirt;
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::Store;
 use kube::{Client, Resource};
@@ -49,6 +50,18 @@ impl Context {
         reason: &str,
         note: String,
     ) {
+        self.event_on(&object.object_ref(&()), warning, reason, note)
+            .await;
+    }
+
+    /// Records an event on the object `reference` names (for objects without a static type).
+    pub async fn event_on(
+        &self,
+        reference: &ObjectReference,
+        warning: bool,
+        reason: &str,
+        note: String,
+    ) {
         let event = Event {
             type_: if warning {
                 EventType::Warning
@@ -60,7 +73,7 @@ impl Context {
             action: reason.into(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&event, &object.object_ref(&())).await {
+        if let Err(e) = self.recorder.publish(&event, reference).await {
             log::warn!("cannot record event {reason}: {e}");
         }
     }

@@ -1,6 +1,7 @@
 //! virt-controller: reconciles `VirtualMachine` -> `VirtualMachineInstance` and VMI -> launcher
 //! Pod. Planning is pure (`pod::render_launcher_pod`, `vm::plan`, `vmi::plan`) and unit-tested;
-//! the reconcilers only read, plan and apply.
+//! the reconcilers only read, plan and apply. The kinds of KubeVirt's other API groups, which
+//! Ferrovirt serves without implementing them, are marked not supported ([`unsupported`]).
 #![forbid(unsafe_code)]
 
 pub mod config;
@@ -12,6 +13,7 @@ pub mod migration;
 pub mod node;
 pub mod pod;
 pub mod run;
+pub mod unsupported;
 pub mod vm;
 pub mod vmi;
 

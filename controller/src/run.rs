@@ -15,7 +15,8 @@ use crate::config::ClusterConfig;
 use crate::context::Context;
 use crate::{vm, vmi, Error};
 
-/// Runs the VM and VMI controllers until a shutdown signal.
+/// Runs the VM, VMI and migration controllers, and the one that marks the kinds Ferrovirt does
+/// not implement, until a shutdown signal.
 pub async fn run_controllers(client: Client, base: ClusterConfig) {
     let (kubevirts, writer) = reflector::store::<KubeVirt>();
     let kubevirt_watch = watcher(
@@ -78,7 +79,13 @@ pub async fn run_controllers(client: Client, base: ClusterConfig) {
         }
         futures::future::ready(())
     });
-    futures::join!(vmi_controller, vm_controller, migration_controller);
+    let unsupported = crate::unsupported::run(ctx.clone());
+    futures::join!(
+        vmi_controller,
+        vm_controller,
+        migration_controller,
+        unsupported
+    );
 }
 
 /// Retries soon on conflicts (another writer won the race), later on other errors.

@@ -98,14 +98,36 @@ fn cluster_role_binding(cfg: &InstallConfig, name: &str) -> Value {
 }
 
 /// virt-controller: VMs and VMIs (with status and finalizers), launcher Pods, nodes (heartbeat
-/// check), events, the KubeVirt CR (read), and its leader Lease in its own namespace.
+/// check), events, the KubeVirt CR (read), the kinds it marks not supported (read, and their
+/// status), and its leader Lease in its own namespace.
 fn controller_rbac(cfg: &InstallConfig) -> Vec<Value> {
     let name = "virt-controller";
+    let mut unsupported: Vec<(&str, Vec<&str>)> = Vec::new();
+    for sibling in api::siblings::ALL {
+        match unsupported.iter_mut().find(|(g, _)| *g == sibling.group) {
+            Some((_, plurals)) => plurals.push(sibling.plural),
+            None => unsupported.push((sibling.group, vec![sibling.plural])),
+        }
+    }
+    let unsupported_rules = unsupported.into_iter().flat_map(|(group, plurals)| {
+        let status: Vec<String> = plurals.iter().map(|p| format!("{p}/status")).collect();
+        [
+            json!({"apiGroups": [group], "resources": plurals, "verbs": ["get", "list", "watch"]}),
+            json!({"apiGroups": [group], "resources": status, "verbs": ["get", "patch"]}),
+        ]
+    });
+    // The rules below, and those of the kinds it marks not supported.
+    let with_unsupported = |mut rules: Value| {
+        if let Some(list) = rules.as_array_mut() {
+            list.extend(unsupported_rules);
+        }
+        rules
+    };
     vec![
         service_account(cfg, name),
         cluster_role(
             name,
-            json!([
+            with_unsupported(json!([
                 {"apiGroups": ["kubevirt.io"], "resources": ["virtualmachines", "virtualmachineinstances"],
                  "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
                 {"apiGroups": ["kubevirt.io"],
@@ -121,7 +143,7 @@ fn controller_rbac(cfg: &InstallConfig) -> Vec<Value> {
                 {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete"]},
                 {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
                 {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
-            ]),
+            ])),
         ),
         cluster_role_binding(cfg, name),
         json!({
@@ -316,7 +338,7 @@ mod tests {
                 .iter()
                 .filter(|k| *k == "CustomResourceDefinition")
                 .count(),
-            5
+            api::crd::all().len()
         );
     }
 
@@ -375,6 +397,51 @@ mod tests {
                     "{rule}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn the_controller_can_mark_every_unsupported_kind() {
+        let objects = render(&InstallConfig::default());
+        let role = objects
+            .iter()
+            .find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == "virt-controller")
+            .unwrap();
+        let allows = |group: &str, resource: &str, verb: &str| {
+            role["rules"].as_array().unwrap().iter().any(|rule| {
+                rule["apiGroups"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|g| g == group)
+                    && rule["resources"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|r| r == resource)
+                    && rule["verbs"].as_array().unwrap().iter().any(|v| v == verb)
+            })
+        };
+        for sibling in api::siblings::ALL {
+            for verb in ["get", "list", "watch"] {
+                assert!(
+                    allows(sibling.group, sibling.plural, verb),
+                    "{verb} {}",
+                    sibling.plural
+                );
+            }
+            let status = format!("{}/status", sibling.plural);
+            assert!(allows(sibling.group, &status, "patch"), "patch {status}");
+            assert!(
+                !allows(sibling.group, sibling.plural, "patch"),
+                "{} spec",
+                sibling.plural
+            );
+            assert!(
+                !allows(sibling.group, sibling.plural, "delete"),
+                "{}",
+                sibling.plural
+            );
         }
     }
 }

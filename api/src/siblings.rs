@@ -1,0 +1,709 @@
+//! The kinds of KubeVirt's sibling API groups (and the deprecated
+//! `kubevirt.io/v1 VirtualMachineInstancePreset`) that Ferrovirt serves but does not implement.
+//!
+//! KubeVirt installs a CRD for each (`virt-operator`'s `components/crds.go`), and clients
+//! (KubeVirt's own functional tests among them, which list and delete these after every spec)
+//! expect them to exist. Ferrovirt serves each with KubeVirt's names, scope, versions, short
+//! names, categories and printer columns, with a schema that keeps `spec` and `status` as they
+//! are (nothing is validated because nothing is acted on), and virt-controller marks every
+//! object with a condition saying the kind is not supported (see [`Sibling::condition`]).
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use serde_json::{json, Value};
+
+/// The reason of the condition on an object of a kind Ferrovirt does not implement, and of the
+/// Warning event about it.
+pub const NOT_SUPPORTED_REASON: &str = "NotSupported";
+
+/// Whether a kind's objects live in a namespace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    Namespaced,
+    Cluster,
+}
+
+impl Scope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Namespaced => "Namespaced",
+            Scope::Cluster => "Cluster",
+        }
+    }
+}
+
+/// One served version of a kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Version {
+    pub name: &'static str,
+    pub storage: bool,
+    /// KubeVirt's deprecation warning, for a deprecated version.
+    pub deprecation_warning: Option<&'static str>,
+}
+
+/// A printer column (`kubectl get`), as KubeVirt's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Column {
+    pub name: &'static str,
+    pub type_: &'static str,
+    pub json_path: &'static str,
+}
+
+/// The condition that says Ferrovirt does not implement the kind: `type_` is KubeVirt's
+/// condition type for the kind closest to "this will not happen", `status` its value then.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnsupportedCondition {
+    pub type_: &'static str,
+    pub status: &'static str,
+}
+
+/// `Ready=False`: for the kinds whose KubeVirt conditions have a `Ready` type, and for those
+/// that have no conditions at all.
+const NOT_READY: UnsupportedCondition = UnsupportedCondition {
+    type_: "Ready",
+    status: "False",
+};
+
+/// A kind Ferrovirt serves and does not implement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sibling {
+    pub group: &'static str,
+    pub kind: &'static str,
+    pub plural: &'static str,
+    pub singular: &'static str,
+    pub scope: Scope,
+    pub short_names: &'static [&'static str],
+    pub categories: &'static [&'static str],
+    /// In KubeVirt's order; exactly one is the storage version.
+    pub versions: &'static [Version],
+    pub columns: &'static [Column],
+    pub condition: UnsupportedCondition,
+}
+
+impl Sibling {
+    /// `<plural>.<group>`.
+    pub fn crd_name(&self) -> String {
+        format!("{}.{}", self.plural, self.group)
+    }
+
+    /// The storage version, which virt-controller watches and names in its condition.
+    pub fn storage_version(&self) -> &'static str {
+        self.versions
+            .iter()
+            .find(|v| v.storage)
+            .map(|v| v.name)
+            .unwrap_or(self.versions[0].name)
+    }
+
+    /// `<group>/<storage version>`.
+    pub fn api_version(&self) -> String {
+        format!("{}/{}", self.group, self.storage_version())
+    }
+
+    /// The message of the condition and of the event.
+    pub fn not_supported_message(&self) -> String {
+        format!(
+            "{} ({}) is not supported by Ferrovirt",
+            self.kind,
+            self.api_version()
+        )
+    }
+
+    /// The CRD: every version with the same schema, the status subresource and the columns.
+    pub fn crd(&self) -> CustomResourceDefinition {
+        let kept = |what: &str| {
+            json!({
+                "type": "object",
+                "description": format!("{what}; Ferrovirt keeps it as it is and does not act on it."),
+                "x-kubernetes-preserve-unknown-fields": true,
+            })
+        };
+        let schema = json!({
+            "type": "object",
+            "description": format!(
+                "{} ({}): served so that KubeVirt clients work; not supported by Ferrovirt.",
+                self.kind, self.group
+            ),
+            "properties": {
+                "apiVersion": {"type": "string"},
+                "kind": {"type": "string"},
+                "metadata": {"type": "object"},
+                "spec": kept("KubeVirt's spec of the kind"),
+                "status": kept("KubeVirt's status of the kind, with Ferrovirt's NotSupported condition"),
+            },
+        });
+        let columns: Vec<Value> = self
+            .columns
+            .iter()
+            .map(|c| json!({"name": c.name, "type": c.type_, "jsonPath": c.json_path}))
+            .collect();
+        let versions: Vec<Value> = self
+            .versions
+            .iter()
+            .map(|v| {
+                let mut version = json!({
+                    "name": v.name,
+                    "served": true,
+                    "storage": v.storage,
+                    "schema": {"openAPIV3Schema": schema},
+                    "subresources": {"status": {}},
+                });
+                if !columns.is_empty() {
+                    version["additionalPrinterColumns"] = json!(columns);
+                }
+                if let Some(warning) = v.deprecation_warning {
+                    version["deprecated"] = json!(true);
+                    version["deprecationWarning"] = json!(warning);
+                }
+                version
+            })
+            .collect();
+        let mut names = json!({
+            "plural": self.plural,
+            "singular": self.singular,
+            "kind": self.kind,
+        });
+        if !self.short_names.is_empty() {
+            names["shortNames"] = json!(self.short_names);
+        }
+        if !self.categories.is_empty() {
+            names["categories"] = json!(self.categories);
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": self.crd_name()},
+            "spec": {
+                "group": self.group,
+                "names": names,
+                "scope": self.scope.as_str(),
+                "versions": versions,
+            },
+        }))
+        .expect("the sibling CRD is a CustomResourceDefinition")
+    }
+}
+
+/// The CRDs of every sibling kind, in [`ALL`]'s order.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    ALL.iter().map(Sibling::crd).collect()
+}
+
+/// The sibling kind of a group and kind.
+pub fn find(group: &str, kind: &str) -> Option<&'static Sibling> {
+    ALL.iter().find(|s| s.group == group && s.kind == kind)
+}
+
+const ALL_CATEGORY: &[&str] = &["all"];
+
+const fn only(name: &'static str) -> Version {
+    Version {
+        name,
+        storage: true,
+        deprecation_warning: None,
+    }
+}
+
+const fn older(name: &'static str) -> Version {
+    Version {
+        name,
+        storage: false,
+        deprecation_warning: None,
+    }
+}
+
+const fn column(name: &'static str, type_: &'static str, json_path: &'static str) -> Column {
+    Column {
+        name,
+        type_,
+        json_path,
+    }
+}
+
+const V1BETA1: &[Version] = &[only("v1beta1")];
+/// A v1alpha1 still served, v1beta1 stored.
+const V1ALPHA1_V1BETA1: &[Version] = &[older("v1alpha1"), only("v1beta1")];
+const V1ALPHA1: &[Version] = &[only("v1alpha1")];
+
+const INSTANCETYPE: &str = "instancetype.kubevirt.io";
+const SNAPSHOT: &str = "snapshot.kubevirt.io";
+const BACKUP: &str = "backup.kubevirt.io";
+
+const AGE: Column = column("Age", "date", ".metadata.creationTimestamp");
+const PHASE: Column = column("Phase", "string", ".status.phase");
+const SOURCE_KIND: Column = column("SourceKind", "string", ".spec.source.kind");
+const SOURCE_NAME: Column = column("SourceName", "string", ".spec.source.name");
+const READY_TO_USE: Column = column("ReadyToUse", "boolean", ".status.readyToUse");
+const CREATION_TIME: Column = column("CreationTime", "date", ".status.creationTime");
+const ERROR: Column = column("Error", "string", ".status.error.message");
+
+/// Every sibling kind, in the order of KubeVirt's install strategy
+/// (`GenerateCurrentInstallStrategy`), names and versions as in its `components/crds.go`.
+pub const ALL: &[Sibling] = &[
+    Sibling {
+        group: "kubevirt.io",
+        kind: "VirtualMachineInstancePreset",
+        plural: "virtualmachineinstancepresets",
+        singular: "virtualmachineinstancepreset",
+        scope: Scope::Namespaced,
+        short_names: &["vmipreset", "vmipresets"],
+        categories: ALL_CATEGORY,
+        // KubeVirt also serves (and stores) v1alpha3; Ferrovirt serves kubevirt.io at v1 only.
+        versions: &[Version {
+            name: "v1",
+            storage: true,
+            deprecation_warning: Some(
+                "kubevirt.io/v1 VirtualMachineInstancePresets is now deprecated and will be removed in v2.",
+            ),
+        }],
+        columns: &[],
+        condition: NOT_READY,
+    },
+    Sibling {
+        group: SNAPSHOT,
+        kind: "VirtualMachineSnapshot",
+        plural: "virtualmachinesnapshots",
+        singular: "virtualmachinesnapshot",
+        scope: Scope::Namespaced,
+        short_names: &["vmsnapshot", "vmsnapshots"],
+        categories: ALL_CATEGORY,
+        versions: V1ALPHA1_V1BETA1,
+        columns: &[
+            SOURCE_KIND,
+            SOURCE_NAME,
+            PHASE,
+            READY_TO_USE,
+            CREATION_TIME,
+            ERROR,
+        ],
+        condition: NOT_READY,
+    },
+    Sibling {
+        group: SNAPSHOT,
+        kind: "VirtualMachineSnapshotContent",
+        plural: "virtualmachinesnapshotcontents",
+        singular: "virtualmachinesnapshotcontent",
+        scope: Scope::Namespaced,
+        short_names: &["vmsnapshotcontent", "vmsnapshotcontents"],
+        categories: ALL_CATEGORY,
+        versions: V1ALPHA1_V1BETA1,
+        columns: &[READY_TO_USE, CREATION_TIME, ERROR],
+        // KubeVirt's content has no conditions (readyToUse and error only).
+        condition: NOT_READY,
+    },
+    Sibling {
+        group: SNAPSHOT,
+        kind: "VirtualMachineRestore",
+        plural: "virtualmachinerestores",
+        singular: "virtualmachinerestore",
+        scope: Scope::Namespaced,
+        short_names: &["vmrestore", "vmrestores"],
+        categories: ALL_CATEGORY,
+        versions: V1ALPHA1_V1BETA1,
+        columns: &[
+            column("TargetKind", "string", ".spec.target.kind"),
+            column("TargetName", "string", ".spec.target.name"),
+            column("Complete", "boolean", ".status.complete"),
+            column("RestoreTime", "date", ".status.restoreTime"),
+        ],
+        condition: NOT_READY,
+    },
+    Sibling {
+        group: INSTANCETYPE,
+        kind: "VirtualMachineInstancetype",
+        plural: "virtualmachineinstancetypes",
+        singular: "virtualmachineinstancetype",
+        scope: Scope::Namespaced,
+        short_names: &["vminstancetype", "vminstancetypes", "vmf", "vmfs"],
+        categories: ALL_CATEGORY,
+        versions: V1BETA1,
+        columns: &[],
+        // KubeVirt's instance types and preferences have no status.
+        condition: NOT_READY,
+    },
+    Sibling {
+        group: INSTANCETYPE,
+        kind: "VirtualMachineClusterInstancetype",
+        plural: "virtualmachineclusterinstancetypes",
+        singular: "virtualmachineclusterinstancetype",
+        scope: Scope::Cluster,
+        short_names: &[
+            "vmclusterinstancetype",
+            "vmclusterinstancetypes",
+            "vmcf",
+            "vmcfs",
+        ],
+        categories: &[],
+        versions: V1BETA1,
+        columns: &[],
+        condition: NOT_READY,
+    },
+    Sibling {
+        group: "pool.kubevirt.io",
+        kind: "VirtualMachinePool",
+        plural: "virtualmachinepools",
+        singular: "virtualmachinepool",
+        scope: Scope::Namespaced,
+        short_names: &["vmpool", "vmpools"],
+        categories: ALL_CATEGORY,
+        // KubeVirt's pool also has the scale subresource; without a controller behind it there
+        // is nothing to scale.
+        versions: V1ALPHA1_V1BETA1,
+        columns: &[
+            column("Desired", "integer", ".spec.replicas"),
+            column("Current", "integer", ".status.replicas"),
+            column("Ready", "integer", ".status.readyReplicas"),
+            AGE,
+        ],
+        // KubeVirt's pool conditions are ReplicaFailure and ReplicaPaused, no Ready: a pool
+        // whose replicas are never created is closest to ReplicaFailure.
+        condition: UnsupportedCondition {
+            type_: "ReplicaFailure",
+            status: "True",
+        },
+    },
+    Sibling {
+        group: "migrations.kubevirt.io",
+        kind: "MigrationPolicy",
+        plural: "migrationpolicies",
+        singular: "migrationpolicy",
+        scope: Scope::Cluster,
+        short_names: &[],
+        categories: &[],
+        versions: V1ALPHA1,
+        columns: &[],
+        // KubeVirt's MigrationPolicyStatus is empty.
+        condition: NOT_READY,
+    },
+    Sibling {
+        group: INSTANCETYPE,
+        kind: "VirtualMachinePreference",
+        plural: "virtualmachinepreferences",
+        singular: "virtualmachinepreference",
+        scope: Scope::Namespaced,
+        short_names: &["vmpref", "vmprefs", "vmp", "vmps"],
+        categories: ALL_CATEGORY,
+        versions: V1BETA1,
+        columns: &[],
+        condition: NOT_READY,
+    },
+    Sibling {
+        group: INSTANCETYPE,
+        kind: "VirtualMachineClusterPreference",
+        plural: "virtualmachineclusterpreferences",
+        singular: "virtualmachineclusterpreference",
+        scope: Scope::Cluster,
+        short_names: &["vmcp", "vmcps"],
+        categories: &[],
+        versions: V1BETA1,
+        columns: &[],
+        condition: NOT_READY,
+    },
+    Sibling {
+        group: "export.kubevirt.io",
+        kind: "VirtualMachineExport",
+        plural: "virtualmachineexports",
+        singular: "virtualmachineexport",
+        scope: Scope::Namespaced,
+        short_names: &["vmexport", "vmexports"],
+        categories: ALL_CATEGORY,
+        versions: &[
+            Version {
+                name: "v1beta1",
+                storage: false,
+                deprecation_warning: Some(
+                    "export.kubevirt.io/v1beta1 VirtualMachineExport is now deprecated and will be removed in a future version.",
+                ),
+            },
+            only("v1"),
+        ],
+        columns: &[SOURCE_KIND, SOURCE_NAME, PHASE],
+        condition: NOT_READY,
+    },
+    Sibling {
+        group: "clone.kubevirt.io",
+        kind: "VirtualMachineClone",
+        plural: "virtualmachineclones",
+        singular: "virtualmachineclone",
+        scope: Scope::Namespaced,
+        short_names: &["vmclone", "vmclones"],
+        categories: ALL_CATEGORY,
+        versions: V1ALPHA1_V1BETA1,
+        columns: &[
+            PHASE,
+            column("SourceVirtualMachine", "string", ".spec.source.name"),
+            column("TargetVirtualMachine", "string", ".spec.target.name"),
+        ],
+        condition: NOT_READY,
+    },
+    Sibling {
+        group: BACKUP,
+        kind: "VirtualMachineBackup",
+        plural: "virtualmachinebackups",
+        singular: "virtualmachinebackup",
+        scope: Scope::Namespaced,
+        short_names: &["vmbackup", "vmbackups"],
+        categories: ALL_CATEGORY,
+        versions: V1ALPHA1,
+        columns: &[
+            SOURCE_KIND,
+            SOURCE_NAME,
+            column("Type", "string", ".status.type"),
+            column("CheckpointName", "string", ".status.checkpointName"),
+        ],
+        // KubeVirt's backup conditions are Progressing, Complete, Failed and Quiesced, no
+        // Ready: Failed is its terminal "this backup will not happen".
+        condition: UnsupportedCondition {
+            type_: "Failed",
+            status: "True",
+        },
+    },
+    Sibling {
+        group: BACKUP,
+        kind: "VirtualMachineBackupTracker",
+        plural: "virtualmachinebackuptrackers",
+        singular: "virtualmachinebackuptracker",
+        scope: Scope::Namespaced,
+        short_names: &["vmbackuptracker", "vmbackuptrackers"],
+        categories: ALL_CATEGORY,
+        versions: V1ALPHA1,
+        columns: &[
+            SOURCE_KIND,
+            SOURCE_NAME,
+            column("LatestCheckpoint", "string", ".status.latestCheckpoint.name"),
+            column(
+                "CheckpointTime",
+                "date",
+                ".status.latestCheckpoint.creationTime",
+            ),
+        ],
+        // KubeVirt's tracker status has no conditions.
+        condition: NOT_READY,
+    },
+    Sibling {
+        group: "plugin.kubevirt.io",
+        kind: "Plugin",
+        plural: "plugins",
+        singular: "plugin",
+        scope: Scope::Cluster,
+        short_names: &[],
+        categories: &[],
+        versions: V1ALPHA1,
+        columns: &[],
+        // KubeVirt's PluginStatus is empty.
+        condition: NOT_READY,
+    },
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (CRD name, kind, scope, served versions with the storage one marked `*`, short names),
+    /// from KubeVirt's `pkg/virt-operator/resource/generate/components/crds.go`.
+    #[allow(clippy::type_complexity)]
+    const KUBEVIRT: &[(&str, &str, &str, &[&str], &[&str])] = &[
+        (
+            "virtualmachineinstancepresets.kubevirt.io",
+            "VirtualMachineInstancePreset",
+            "Namespaced",
+            &["v1*"],
+            &["vmipreset", "vmipresets"],
+        ),
+        (
+            "virtualmachinesnapshots.snapshot.kubevirt.io",
+            "VirtualMachineSnapshot",
+            "Namespaced",
+            &["v1alpha1", "v1beta1*"],
+            &["vmsnapshot", "vmsnapshots"],
+        ),
+        (
+            "virtualmachinesnapshotcontents.snapshot.kubevirt.io",
+            "VirtualMachineSnapshotContent",
+            "Namespaced",
+            &["v1alpha1", "v1beta1*"],
+            &["vmsnapshotcontent", "vmsnapshotcontents"],
+        ),
+        (
+            "virtualmachinerestores.snapshot.kubevirt.io",
+            "VirtualMachineRestore",
+            "Namespaced",
+            &["v1alpha1", "v1beta1*"],
+            &["vmrestore", "vmrestores"],
+        ),
+        (
+            "virtualmachineinstancetypes.instancetype.kubevirt.io",
+            "VirtualMachineInstancetype",
+            "Namespaced",
+            &["v1beta1*"],
+            &["vminstancetype", "vminstancetypes", "vmf", "vmfs"],
+        ),
+        (
+            "virtualmachineclusterinstancetypes.instancetype.kubevirt.io",
+            "VirtualMachineClusterInstancetype",
+            "Cluster",
+            &["v1beta1*"],
+            &[
+                "vmclusterinstancetype",
+                "vmclusterinstancetypes",
+                "vmcf",
+                "vmcfs",
+            ],
+        ),
+        (
+            "virtualmachinepools.pool.kubevirt.io",
+            "VirtualMachinePool",
+            "Namespaced",
+            &["v1alpha1", "v1beta1*"],
+            &["vmpool", "vmpools"],
+        ),
+        (
+            "migrationpolicies.migrations.kubevirt.io",
+            "MigrationPolicy",
+            "Cluster",
+            &["v1alpha1*"],
+            &[],
+        ),
+        (
+            "virtualmachinepreferences.instancetype.kubevirt.io",
+            "VirtualMachinePreference",
+            "Namespaced",
+            &["v1beta1*"],
+            &["vmpref", "vmprefs", "vmp", "vmps"],
+        ),
+        (
+            "virtualmachineclusterpreferences.instancetype.kubevirt.io",
+            "VirtualMachineClusterPreference",
+            "Cluster",
+            &["v1beta1*"],
+            &["vmcp", "vmcps"],
+        ),
+        (
+            "virtualmachineexports.export.kubevirt.io",
+            "VirtualMachineExport",
+            "Namespaced",
+            &["v1beta1", "v1*"],
+            &["vmexport", "vmexports"],
+        ),
+        (
+            "virtualmachineclones.clone.kubevirt.io",
+            "VirtualMachineClone",
+            "Namespaced",
+            &["v1alpha1", "v1beta1*"],
+            &["vmclone", "vmclones"],
+        ),
+        (
+            "virtualmachinebackups.backup.kubevirt.io",
+            "VirtualMachineBackup",
+            "Namespaced",
+            &["v1alpha1*"],
+            &["vmbackup", "vmbackups"],
+        ),
+        (
+            "virtualmachinebackuptrackers.backup.kubevirt.io",
+            "VirtualMachineBackupTracker",
+            "Namespaced",
+            &["v1alpha1*"],
+            &["vmbackuptracker", "vmbackuptrackers"],
+        ),
+        (
+            "plugins.plugin.kubevirt.io",
+            "Plugin",
+            "Cluster",
+            &["v1alpha1*"],
+            &[],
+        ),
+    ];
+
+    fn json(crd: &CustomResourceDefinition) -> Value {
+        serde_json::to_value(crd).unwrap()
+    }
+
+    #[test]
+    fn names_scopes_versions_and_short_names_are_kubevirts() {
+        let crds: Vec<Value> = crds().iter().map(json).collect();
+        assert_eq!(crds.len(), KUBEVIRT.len());
+        for (crd, (name, kind, scope, versions, short)) in crds.iter().zip(KUBEVIRT) {
+            assert_eq!(crd["metadata"]["name"], *name);
+            let (plural, group) = name.split_once('.').unwrap();
+            assert_eq!(crd["spec"]["group"], group, "{name}");
+            assert_eq!(crd["spec"]["names"]["plural"], plural, "{name}");
+            assert_eq!(
+                crd["spec"]["names"]["singular"],
+                kind.to_lowercase(),
+                "{name}"
+            );
+            assert_eq!(crd["spec"]["names"]["kind"], *kind, "{name}");
+            assert_eq!(crd["spec"]["scope"], *scope, "{name}");
+            let served: Vec<String> = crd["spec"]["versions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| {
+                    assert_eq!(v["served"], true, "{name}");
+                    let star = if v["storage"] == true { "*" } else { "" };
+                    format!("{}{star}", v["name"].as_str().unwrap())
+                })
+                .collect();
+            assert_eq!(served, *versions, "{name}");
+            let shorts = crd["spec"]["names"]
+                .get("shortNames")
+                .cloned()
+                .unwrap_or(json!([]));
+            assert_eq!(shorts, json!(short), "{name}");
+        }
+    }
+
+    #[test]
+    fn every_version_has_the_status_subresource_and_keeps_spec_and_status() {
+        for crd in crds().iter().map(json) {
+            let name = crd["metadata"]["name"].as_str().unwrap().to_string();
+            for version in crd["spec"]["versions"].as_array().unwrap() {
+                assert_eq!(version["subresources"], json!({"status": {}}), "{name}");
+                let schema = &version["schema"]["openAPIV3Schema"];
+                assert_eq!(schema["type"], "object");
+                for field in ["spec", "status"] {
+                    let node = &schema["properties"][field];
+                    assert_eq!(node["type"], "object", "{name}.{field}");
+                    assert_eq!(
+                        node["x-kubernetes-preserve-unknown-fields"], true,
+                        "{name}.{field}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn deprecated_versions_carry_kubevirts_warning() {
+        let preset = json(&ALL[0].crd());
+        let v1 = &preset["spec"]["versions"][0];
+        assert_eq!(v1["deprecated"], true);
+        assert!(v1["deprecationWarning"]
+            .as_str()
+            .unwrap()
+            .contains("VirtualMachineInstancePresets is now deprecated and will be removed in v2"));
+        let export = json(
+            &find("export.kubevirt.io", "VirtualMachineExport")
+                .unwrap()
+                .crd(),
+        );
+        assert_eq!(export["spec"]["versions"][0]["deprecated"], true);
+        assert!(export["spec"]["versions"][1].get("deprecated").is_none());
+    }
+
+    #[test]
+    fn the_condition_names_the_kind_and_its_stored_version() {
+        let snapshot = find(SNAPSHOT, "VirtualMachineSnapshot").unwrap();
+        assert_eq!(snapshot.api_version(), "snapshot.kubevirt.io/v1beta1");
+        assert_eq!(
+            snapshot.not_supported_message(),
+            "VirtualMachineSnapshot (snapshot.kubevirt.io/v1beta1) is not supported by Ferrovirt"
+        );
+        let export = find("export.kubevirt.io", "VirtualMachineExport").unwrap();
+        assert_eq!(export.storage_version(), "v1");
+        for sibling in ALL {
+            assert_eq!(sibling.versions.iter().filter(|v| v.storage).count(), 1);
+            assert!(["True", "False"].contains(&sibling.condition.status));
+        }
+    }
+}
