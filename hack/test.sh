@@ -13,6 +13,8 @@
 #   5. the operator's tests alone and one at a time (they uninstall, reinstall, reconfigure and
 #      upgrade Ferrovirt and read back the one KubeVirt CR, so nothing else may run beside
 #      them, not even each other; they end with Ferrovirt installed as hack/up.sh leaves it);
+#   4b. KubeVirt's own functional test suite on the listed specs (tests/kubevirt-suite/run.sh),
+#      when its prebuilt binaries are there (FERROVIRT_KUBEVIRT_SUITE, or ../shared/kubevirt);
 #   6. the local cluster's own checks (tests/cluster/test.sh, which ends with down and up).
 # Steps 1 and 3 set up what the others need: when one fails, the run stops there. Every test
 # step runs whatever an earlier one did; the summary at the end lists each step with its time
@@ -79,6 +81,17 @@ step "nested-KVM tier: Linux on the VMM and the launcher's KVM backend in an L1 
   nested_tier
 setup "local cluster with Ferrovirt and a worker node" hack/up.sh
 step "cargo test" cargo_tests
+# KubeVirt's own functional suite and virtctl, prebuilt (tests/kubevirt-suite/README.md): from
+# $FERROVIRT_KUBEVIRT_SUITE, else ../shared/kubevirt beside the clone when it is there. Without
+# them the step is reported as not run, never as passed.
+kubevirt_suite=${FERROVIRT_KUBEVIRT_SUITE:-}
+[[ -z $kubevirt_suite && -d ../shared/kubevirt ]] && kubevirt_suite=../shared/kubevirt
+if [[ -n $kubevirt_suite ]]; then
+  step "KubeVirt's functional suite: the specs of tests/kubevirt-suite/specs.txt" \
+    tests/kubevirt-suite/run.sh "$kubevirt_suite"
+else
+  summary+=("NOT RUN        KubeVirt's functional suite: no suite (set FERROVIRT_KUBEVIRT_SUITE=DIR with KubeVirt's tests.test and virtctl)")
+fi
 step "virt-operator: install, keep in shape, uninstall, reinstall, configuration, certificate rotation, upgrade (alone)" \
   cargo test -p operator --locked --no-fail-fast -- --test-threads=1
 step "local cluster checks" tests/cluster/test.sh

@@ -11,5 +11,5 @@ pub mod certs;
 pub mod install;
 pub mod manifests;
 pub mod reconcile;
-pub mod user_roles;
 pub mod release;
+pub mod user_roles;

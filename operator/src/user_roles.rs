@@ -22,7 +22,9 @@ const ALL: &[&str] = &[
     "watch",
     "deletecollection",
 ];
-const EDIT: &[&str] = &["get", "delete", "create", "update", "patch", "list", "watch"];
+const EDIT: &[&str] = &[
+    "get", "delete", "create", "update", "patch", "list", "watch",
+];
 const READ: &[&str] = &["get", "list", "watch"];
 const GET: &[&str] = &["get"];
 const UPDATE: &[&str] = &["update"];
@@ -154,11 +156,7 @@ fn writer(admin: bool) -> Vec<Value> {
     if !admin {
         rules.push(rule(CORE, &["kubevirts"], &["get", "list"]));
     }
-    rules.push(rule(
-        "migrations.kubevirt.io",
-        &["migrationpolicies"],
-        READ,
-    ));
+    rules.push(rule("migrations.kubevirt.io", &["migrationpolicies"], READ));
     rules
 }
 
@@ -243,36 +241,58 @@ mod tests {
             .filter(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == name)
             .flat_map(|o| o["rules"].as_array().cloned().unwrap_or_default())
             .any(|r| {
-                let has = |key: &str, want: &str| {
-                    r[key].as_array().unwrap().iter().any(|v| v == want)
-                };
+                let has =
+                    |key: &str, want: &str| r[key].as_array().unwrap().iter().any(|v| v == want);
                 has("apiGroups", group) && has("resources", resource) && has("verbs", verb)
             })
     }
 
     #[test]
     fn edit_may_do_all_but_deletecollection_and_view_only_reads() {
-        for verb in ["get", "list", "watch", "create", "update", "patch", "delete"] {
-            assert!(allows("kubevirt.io:edit", CORE, "virtualmachines", verb), "{verb}");
+        for verb in [
+            "get", "list", "watch", "create", "update", "patch", "delete",
+        ] {
+            assert!(
+                allows("kubevirt.io:edit", CORE, "virtualmachines", verb),
+                "{verb}"
+            );
             assert_eq!(
                 allows("kubevirt.io:view", CORE, "virtualmachines", verb),
                 READ.contains(&verb),
                 "{verb}"
             );
         }
-        assert!(!allows("kubevirt.io:edit", CORE, "virtualmachines", "deletecollection"));
-        assert!(allows("kubevirt.io:admin", CORE, "virtualmachines", "deletecollection"));
+        assert!(!allows(
+            "kubevirt.io:edit",
+            CORE,
+            "virtualmachines",
+            "deletecollection"
+        ));
+        assert!(allows(
+            "kubevirt.io:admin",
+            CORE,
+            "virtualmachines",
+            "deletecollection"
+        ));
     }
 
     #[test]
     fn only_migrate_creates_migrations() {
         let migrations = "virtualmachineinstancemigrations";
         assert!(allows("kubevirt.io:migrate", CORE, migrations, "create"));
-        assert!(allows("kubevirt.io:migrate", SUBRESOURCES, "virtualmachines/migrate", "update"));
+        assert!(allows(
+            "kubevirt.io:migrate",
+            SUBRESOURCES,
+            "virtualmachines/migrate",
+            "update"
+        ));
         for role in ["kubevirt.io:admin", "kubevirt.io:edit", "kubevirt.io:view"] {
             assert!(allows(role, CORE, migrations, "get"), "{role}");
             assert!(!allows(role, CORE, migrations, "create"), "{role}");
-            assert!(!allows(role, SUBRESOURCES, "virtualmachines/migrate", "update"), "{role}");
+            assert!(
+                !allows(role, SUBRESOURCES, "virtualmachines/migrate", "update"),
+                "{role}"
+            );
         }
     }
 
@@ -285,6 +305,11 @@ mod tests {
         let shot = "virtualmachineinstances/vnc/screenshot";
         assert!(allows("kubevirt.io:admin", SUBRESOURCES, shot, "get"));
         assert!(!allows("kubevirt.io:edit", SUBRESOURCES, shot, "get"));
-        assert!(!allows("kubevirt.io:admin", SUBRESOURCES, "virtualmachineinstances/vsock", "get"));
+        assert!(!allows(
+            "kubevirt.io:admin",
+            SUBRESOURCES,
+            "virtualmachineinstances/vsock",
+            "get"
+        ));
     }
 }
