@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Affinity, Toleration};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -172,8 +173,27 @@ pub struct VirtualMachineInstanceStatus {
     pub qos_class: Option<String>,
     #[serde(rename = "VSOCKCID", default, skip_serializing_if = "Option::is_none")]
     pub vsock_cid: Option<u32>,
+    /// The guest's memory as the VM runs it (what the VMI asked, rounded up to what the backend
+    /// needs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryStatus>,
     #[serde(flatten)]
     pub other: Other,
+}
+
+/// The guest's memory (`v1.MemoryStatus`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryStatus {
+    /// What the guest booted with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_at_boot: Option<Quantity>,
+    /// What the guest has now (no hotplug or balloon here: what it booted with).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_current: Option<Quantity>,
+    /// What the VMI asks for (`spec.domain.memory.guest`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_requested: Option<Quantity>,
 }
 
 /// A guest interface as seen from the host (`v1.VirtualMachineInstanceNetworkInterface`).

@@ -18,5 +18,53 @@ pub const MAX_DEVICES: usize = 19;
 /// Most vCPUs (sockets x cores x threads) a VMI may have: `vmm::config::MAX_VCPUS`.
 pub const MAX_VCPUS: u32 = 32;
 
-/// Smallest guest memory a VMI may have: `vmm::config::MIN_MEMORY_BYTES`.
+/// Smallest `resources.requests.memory` a VMI may ask for: KubeVirt's own rule
+/// (`validateMemoryRequestsNegativeOrNull` in virt-api's VMI admitter: "must be greater than or
+/// equal to 1M", the decimal megabyte). KubeVirt's functional suite runs its "guestless" VMIs
+/// (no disks, nothing to boot) with 1Mi.
+pub const MIN_MEMORY_REQUEST_BYTES: u64 = 1_000_000;
+
+/// Smallest guest memory the backends run a VM with: `vmm::config::MIN_MEMORY_BYTES` (QEMU's
+/// microvm, the TCG fallback, starts with less: `-m 1M` boots its firmware). A VMI that asks
+/// for less (KubeVirt admits 1M) gets this much: see [`boot_memory_bytes`].
 pub const MIN_GUEST_MEMORY_BYTES: u64 = 16 << 20;
+
+/// The guest memory a VMI that asks for `requested` bytes boots with, on either backend: rounded
+/// up to whole MiB (what QEMU's `-m` expresses), and at least [`MIN_GUEST_MEMORY_BYTES`]. The
+/// launcher gives the VM this much and the launcher Pod's memory covers it; the VMI's spec keeps
+/// what the user asked. `None` when rounding up overflows.
+pub const fn boot_memory_bytes(requested: u64) -> Option<u64> {
+    const MIB: u64 = 1 << 20;
+    match requested.checked_next_multiple_of(MIB) {
+        Some(rounded) if rounded < MIN_GUEST_MEMORY_BYTES => Some(MIN_GUEST_MEMORY_BYTES),
+        rounded => rounded,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boot_memory_is_whole_mib_and_at_least_the_backends_minimum() {
+        const MIB: u64 = 1 << 20;
+        let cases = [
+            (0, Some(MIN_GUEST_MEMORY_BYTES)),
+            (MIN_MEMORY_REQUEST_BYTES, Some(MIN_GUEST_MEMORY_BYTES)),
+            (MIB, Some(MIN_GUEST_MEMORY_BYTES)),
+            (8 * MIB, Some(MIN_GUEST_MEMORY_BYTES)),
+            (MIN_GUEST_MEMORY_BYTES - 1, Some(MIN_GUEST_MEMORY_BYTES)),
+            (MIN_GUEST_MEMORY_BYTES, Some(MIN_GUEST_MEMORY_BYTES)),
+            (
+                MIN_GUEST_MEMORY_BYTES + 1,
+                Some(MIN_GUEST_MEMORY_BYTES + MIB),
+            ),
+            (64_000_000, Some(62 * MIB)),
+            (128 * MIB, Some(128 * MIB)),
+            (u64::MAX, None),
+        ];
+        for (requested, want) in cases {
+            assert_eq!(boot_memory_bytes(requested), want, "{requested}");
+        }
+    }
+}

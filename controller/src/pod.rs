@@ -8,7 +8,8 @@
 //!   at `/var/run/kubevirt/container-disks/<NAME>/`: the guest writes to that copy, never to
 //!   the image;
 //! - the same for a kernelBoot container, into `/var/run/kubevirt/kernel-boot/`;
-//! - container `compute` runs virt-launcher with the VMI's memory plus overhead, the
+//! - container `compute` runs virt-launcher with the VMI's memory (as the VM boots with it:
+//!   [`boot_memory_bytes`]) plus overhead, the
 //!   `devices.kubevirt.io/kvm` and `devices.kubevirt.io/tun` device-plugin resources, and the
 //!   socket directory shared with virt-handler through a hostPath.
 
@@ -55,7 +56,7 @@ pub fn render_launcher_pod(
     let name = vmi.metadata.name.clone().unwrap_or_default();
     let namespace = vmi.metadata.namespace.clone();
     let uid = vmi.metadata.uid.clone().ok_or(RenderError::NoUid)?;
-    let guest_memory = guest_memory_bytes(vmi).map_err(RenderError::Memory)?;
+    let guest_memory = boot_memory_bytes(vmi).map_err(RenderError::Memory)?;
 
     let mut pod_labels = vmi.metadata.labels.clone().unwrap_or_default();
     pod_labels.insert(labels::APP.into(), labels::LAUNCHER_APP.into());
@@ -158,7 +159,19 @@ pub fn render_launcher_pod(
     if let Some(resources) = &vmi.spec.domain.resources {
         if let Some(user_limits) = &resources.limits {
             for (resource, value) in user_limits {
-                limits.insert(resource.clone(), value.clone());
+                let value = if resource == "memory" {
+                    // The limit covers what runs, as the request does: at least the memory the
+                    // guest boots with, plus the overhead.
+                    let limit = quantity::to_u64(value).map_err(|e| {
+                        RenderError::Memory(format!("resources.limits.memory: {e}"))
+                    })?;
+                    Quantity(
+                        (limit.max(guest_memory) + memory_overhead_bytes(vmi, cfg)).to_string(),
+                    )
+                } else {
+                    value.clone()
+                };
+                limits.insert(resource.clone(), value);
             }
         }
         if let Some(user_requests) = &resources.requests {
@@ -274,10 +287,18 @@ pub fn guest_memory_bytes(vmi: &VirtualMachineInstance) -> Result<u64, String> {
     quantity::to_u64(quantity).map_err(|e| e.to_string())
 }
 
+/// The guest memory the VM really boots with: [`guest_memory_bytes`] rounded up as the launcher
+/// rounds it (`contract::limits::boot_memory_bytes`: whole MiB, at least what the backends run a
+/// VM with; a VMI may ask for 1Mi).
+pub fn boot_memory_bytes(vmi: &VirtualMachineInstance) -> Result<u64, String> {
+    let asked = guest_memory_bytes(vmi)?;
+    contract::limits::boot_memory_bytes(asked).ok_or_else(|| format!("{asked} bytes is too large"))
+}
+
 /// Memory the launcher needs besides guest RAM: the launcher process, and with the TCG
 /// fallback QEMU and its translation cache; plus page tables (~1/512 of guest RAM).
 pub fn memory_overhead_bytes(vmi: &VirtualMachineInstance, cfg: &ClusterConfig) -> u64 {
-    let guest = guest_memory_bytes(vmi).unwrap_or(0);
+    let guest = boot_memory_bytes(vmi).unwrap_or(0);
     let base = cfg.launcher_overhead_bytes;
     let emulation = if cfg.use_emulation || cfg.assume_tcg_possible {
         cfg.tcg_overhead_bytes

@@ -9,7 +9,9 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-/// Smallest guest memory we accept: below this a Linux guest cannot even decompress.
+/// Smallest guest memory we accept: below this a Linux guest cannot even decompress. A guestless
+/// VM would do with less (its idle code sits at 1 MiB), but one floor serves every VM: virt-api
+/// admits less and the launcher rounds up to this (`contract::limits::boot_memory_bytes`).
 pub const MIN_MEMORY_BYTES: u64 = 16 << 20;
 /// Most vCPUs one VM may have (one thread each).
 pub const MAX_VCPUS: u8 = 32;
@@ -110,17 +112,38 @@ impl Default for VmConfig {
     }
 }
 
-/// What the VM boots: direct kernel boot.
+/// What the VM boots: direct kernel boot, or nothing ([`PayloadConfig::guestless`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PayloadConfig {
-    /// bzImage or ELF (PVH) kernel.
+    /// bzImage or ELF (PVH) kernel; empty for a guestless VM.
+    #[serde(default, skip_serializing_if = "path_is_empty")]
     pub kernel: PathBuf,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initramfs: Option<PathBuf>,
     /// Kernel command line, without the virtio-mmio device entries the VMM appends itself.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub cmdline: String,
+    /// No kernel: the VM runs no guest and its vCPUs idle (KubeVirt's "guestless" VMIs, which
+    /// have no disk to boot). The KVM VMM loads a few bytes of idle code instead of a kernel
+    /// (`hlt` in a loop, [`crate::loader::IDLE_CODE`]); QEMU runs its machine's firmware, which
+    /// finds nothing to boot and halts. `kernel`, `initramfs` and `cmdline` are then empty.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub guestless: bool,
+}
+
+impl PayloadConfig {
+    /// The payload of a guestless VM.
+    pub fn guestless() -> PayloadConfig {
+        PayloadConfig {
+            guestless: true,
+            ..PayloadConfig::default()
+        }
+    }
+}
+
+fn path_is_empty(path: &std::path::Path) -> bool {
+    path.as_os_str().is_empty()
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -237,6 +260,8 @@ pub struct VsockConfig {
 pub enum ValidationError {
     #[error("payload.kernel is empty")]
     KernelMissing,
+    #[error("payload.guestless runs no kernel, yet payload.{0} is set")]
+    GuestlessWithKernel(&'static str),
     #[error("cpus.boot_vcpus is 0")]
     CpusBootZero,
     #[error("cpus.max_vcpus {max} is lower than cpus.boot_vcpus {boot}")]
@@ -270,7 +295,17 @@ pub enum ValidationError {
 impl VmConfig {
     /// Checks the config as a whole; does no I/O (files are checked when the VM is built).
     pub fn validate(&self) -> Result<(), ValidationError> {
-        if self.payload.kernel.as_os_str().is_empty() {
+        let payload = &self.payload;
+        if payload.guestless {
+            let set = [
+                ("kernel", !payload.kernel.as_os_str().is_empty()),
+                ("initramfs", payload.initramfs.is_some()),
+                ("cmdline", !payload.cmdline.is_empty()),
+            ];
+            if let Some((field, _)) = set.iter().find(|(_, set)| *set) {
+                return Err(ValidationError::GuestlessWithKernel(field));
+            }
+        } else if payload.kernel.as_os_str().is_empty() {
             return Err(ValidationError::KernelMissing);
         }
         let CpusConfig {

@@ -8,6 +8,7 @@ fn vm() -> VmConfig {
             kernel: "/boot/vmlinux".into(),
             initramfs: None,
             cmdline: "console=ttyS0".into(),
+            guestless: false,
         },
         disks: vec![DiskConfig {
             id: "rootdisk".into(),
@@ -148,6 +149,55 @@ fn invalid_configs_name_the_offending_values() {
     for (config, expected) in cases {
         assert_eq!(config.validate(), Err(expected));
     }
+}
+
+/// A guestless VM: no kernel, no disks; what the launcher makes of a VMI without an OS disk.
+fn guestless() -> VmConfig {
+    VmConfig {
+        payload: PayloadConfig::guestless(),
+        memory: MemoryConfig {
+            size: MIN_MEMORY_BYTES,
+        },
+        serial: ConsoleConfig::Null,
+        transport: Transport::Mmio,
+        ..VmConfig::default()
+    }
+}
+
+#[test]
+fn a_guestless_config_has_no_kernel_and_nothing_else_of_one() {
+    assert_eq!(guestless().validate(), Ok(()));
+    let with = |f: fn(&mut PayloadConfig)| {
+        let mut config = guestless();
+        f(&mut config.payload);
+        config.validate()
+    };
+    assert_eq!(
+        with(|p| p.kernel = "/boot/vmlinux".into()),
+        Err(ValidationError::GuestlessWithKernel("kernel"))
+    );
+    assert_eq!(
+        with(|p| p.initramfs = Some("/boot/initrd".into())),
+        Err(ValidationError::GuestlessWithKernel("initramfs"))
+    );
+    assert_eq!(
+        with(|p| p.cmdline = "console=ttyS0".into()),
+        Err(ValidationError::GuestlessWithKernel("cmdline"))
+    );
+    // Its JSON says so, and only that; a payload that says neither is still refused.
+    let json = serde_json::to_string(&guestless().payload).unwrap();
+    assert_eq!(json, r#"{"guestless":true}"#);
+    let back: VmConfig =
+        serde_json::from_str(r#"{"payload":{"guestless":true},"transport":"mmio"}"#).unwrap();
+    assert_eq!(back.payload, PayloadConfig::guestless());
+    let nothing: VmConfig = serde_json::from_str(r#"{"payload":{}}"#).unwrap();
+    assert_eq!(nothing.validate(), Err(ValidationError::KernelMissing));
+    // A kernel's payload serializes as before.
+    let json = serde_json::to_string(&vm().payload).unwrap();
+    assert_eq!(
+        json,
+        r#"{"kernel":"/boot/vmlinux","cmdline":"console=ttyS0"}"#
+    );
 }
 
 #[test]

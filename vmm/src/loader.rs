@@ -1,6 +1,7 @@
 //! Loading the payload into guest memory: the kernel (ELF with a 64-bit entry, e.g. vmlinux or
 //! the project's test guests, or a bzImage), the initramfs (at the top of low RAM) and the
-//! command line (with the virtio-mmio device entries appended).
+//! command line (with the virtio-mmio device entries appended); for a guestless VM, instead of
+//! all that, a `hlt` loop ([`IDLE_CODE`]).
 //!
 //! Both kernel formats enter in 64-bit long mode (Linux's 64-bit boot protocol): ELF at its
 //! entry point, bzImage at its protected-mode start + 0x200 (`startup_64`). A PVH note, if the
@@ -71,6 +72,23 @@ pub fn load_kernel(mem: &GuestMemoryMmap, path: &Path) -> Result<LoadedKernel, L
             bzimage_header: loaded.setup_header,
         })
     }
+}
+
+/// What a guestless VM runs instead of a kernel: `hlt; jmp <the hlt>`. The vCPU enters it in long
+/// mode with interrupts off (RFLAGS 0x2), so it halts in KVM until the VMM kicks it (pause,
+/// stop) and halts again if anything wakes it.
+pub const IDLE_CODE: [u8; 3] = [
+    0xf4, // hlt
+    0xeb, 0xfd, // jmp short -3: back to the hlt
+];
+
+/// Where [`IDLE_CODE`] goes: where a kernel would ([`HIMEM_START`], 1 MiB).
+pub const IDLE_CODE_START: u64 = HIMEM_START;
+
+/// Writes [`IDLE_CODE`] at [`IDLE_CODE_START`]; returns its entry.
+pub fn load_idle_code(mem: &GuestMemoryMmap) -> Result<u64, vm_memory::GuestMemoryError> {
+    mem.write_slice(&IDLE_CODE, GuestAddress(IDLE_CODE_START))?;
+    Ok(IDLE_CODE_START)
 }
 
 /// Loading the initramfs failed.
@@ -164,6 +182,19 @@ mod tests {
             "console=ttyS0 virtio_mmio.device=4K@0xd0000000:5 virtio_mmio.device=4K@0xd0001000:6"
         );
         assert!(build_cmdline(&"x".repeat(CMDLINE_MAX_SIZE + 1), &[]).is_err());
+    }
+
+    #[test]
+    fn the_idle_code_is_a_hlt_loop_where_a_kernel_would_be() {
+        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 16 << 20)]).unwrap();
+        let entry = load_idle_code(&mem).unwrap();
+        assert_eq!(entry, HIMEM_START);
+        let mut code = [0u8; 3];
+        mem.read_slice(&mut code, GuestAddress(entry)).unwrap();
+        assert_eq!(code, [0xf4, 0xeb, 0xfd]);
+        // The jump lands on the hlt: its target is the end of the jmp (entry + 3) plus -3.
+        let target = (entry + 3).wrapping_add_signed(i64::from(code[2] as i8));
+        assert_eq!(target, entry);
     }
 
     #[test]

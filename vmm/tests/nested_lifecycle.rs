@@ -1,7 +1,7 @@
 //! The nested-KVM tier, the VM's lifecycle: our kernel and the tiny guest on the VMM with real
 //! KVM (boot and graceful stop, pause and resume, live migration, save and restore, SIGTERM to
-//! the `vmm` command), and Debian's stock cloud kernel on the VMM's PCI machine. How a nested
-//! test runs: `nested.rs`.
+//! the `vmm` command), Debian's stock cloud kernel on the VMM's PCI machine, and a guestless VM
+//! (no kernel: the VMM's idle code). How a nested test runs: `nested.rs`.
 
 mod common;
 mod nested_support;
@@ -14,7 +14,10 @@ use common::{serial_log, wait_for_serial};
 use guest_images::l1::{in_l1, nested_test};
 use guest_images::{NoCloudSeed, SeedFormat, READY_MARKER};
 use nested_support::*;
+use vmm::capability::{self, KvmCapability};
+use vmm::config::{ConsoleConfig, MemoryConfig, PayloadConfig, Transport, VmConfig};
 use vmm::lifecycle::VmExit;
+use vmm::vmm::VmState;
 
 #[test]
 fn linux_boots_to_the_ready_marker_and_stops_on_request() {
@@ -295,5 +298,79 @@ if ping -c 2 -W 5 10.78.0.1 >/dev/null 2>&1; then echo "NESTED-NET ok"; else ech
         assert_eq!(code, 0, "the guest's poweroff: exit {code}");
         assert!(serial_log(&serial).contains("NESTED-NET ok"));
         assert!(serial_log(&serial).contains("reboot: Power down"));
+    });
+}
+
+/// CPU time (user + system, in clock ticks of 10 ms) of this process's thread named `name`.
+fn thread_cpu_ticks(name: &str) -> Option<u64> {
+    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim() != name {
+            continue;
+        }
+        let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
+        // After "(comm)": state is field 0, utime 11, stime 12.
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let field = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+        return Some(field(11)? + field(12)?);
+    }
+    None
+}
+
+/// A guestless VM (KubeVirt's VMIs without disks): no kernel, the VMM's idle code. It runs and
+/// stays running with its vCPU halted (no exit, its thread asleep in KVM), pauses and resumes,
+/// and a graceful shutdown, which nothing in it answers, stops it when the grace period ends.
+#[test]
+fn a_guestless_vm_idles_in_hlt_pauses_resumes_and_stops() {
+    let name = "a_guestless_vm_idles_in_hlt_pauses_resumes_and_stops";
+    nested_test(name, &[], L1_DEADLINE, || {
+        assert_eq!(
+            capability::probe(),
+            KvmCapability::Hardware,
+            "inside the L1, /dev/kvm should be hardware virtualization (nested SVM)"
+        );
+        let config = VmConfig {
+            payload: PayloadConfig::guestless(),
+            memory: MemoryConfig {
+                size: vmm::config::MIN_MEMORY_BYTES,
+            },
+            serial: ConsoleConfig::Null,
+            transport: Transport::Mmio,
+            ..VmConfig::default()
+        };
+        let mut vm = boot(&config);
+        let idle_for = |vm: &mut vmm::vmm::Vmm, what: &str| {
+            let before = thread_cpu_ticks("vcpu0").expect("the vcpu0 thread");
+            let exit = vm.wait_timeout(Duration::from_secs(3));
+            assert_eq!(exit, None, "the guestless VM stopped {what}");
+            assert_eq!(vm.state(), VmState::Running, "{what}");
+            let used = thread_cpu_ticks("vcpu0").expect("the vcpu0 thread") - before;
+            println!(
+                "nested: guestless vcpu0 used {} ms of CPU in 3 s {what}",
+                used * 10
+            );
+            // A vCPU that spins (or exits to the VMM over and over) uses the whole 3 s.
+            assert!(
+                used <= 30,
+                "vcpu0 used {} ms in 3 s {what}: not halted",
+                used * 10
+            );
+        };
+        idle_for(&mut vm, "after boot");
+        vm.pause().expect("pause");
+        assert_eq!(vm.state(), VmState::Paused);
+        std::thread::sleep(Duration::from_secs(1));
+        assert_eq!(vm.state(), VmState::Paused);
+        vm.resume().expect("resume");
+        idle_for(&mut vm, "after resume");
+        let started = Instant::now();
+        let exit = vm.shutdown(Duration::from_secs(2));
+        let took = started.elapsed();
+        println!(
+            "nested: guestless graceful shutdown (grace 2 s) ended with {exit} after {:.2} s",
+            took.as_secs_f64()
+        );
+        assert_eq!(exit, VmExit::Stopped, "nothing in the guest powers it off");
+        assert!(took < Duration::from_secs(10), "stopped after {took:?}");
     });
 }

@@ -105,6 +105,47 @@ fn the_base_objects_are_valid() {
     assert_eq!(errors_of(vm(json!({"runStrategy": "Always"}))), vec![]);
 }
 
+/// KubeVirt's functional suite's `libvmifact.NewGuestless()`: no disks, no volumes, a 1Mi
+/// memory request, the default pod network.
+fn guestless_vmi() -> Value {
+    json!({
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": {"name": "guestless"},
+        "spec": {
+            "domain": {
+                "resources": {"requests": {"memory": "1Mi"}},
+                "devices": {}
+            }
+        }
+    })
+}
+
+#[test]
+fn a_guestless_vmi_is_valid() {
+    assert_eq!(errors_of(guestless_vmi()), vec![]);
+    // With the defaults virt-api's mutating webhook applies first (memory.guest, the pod
+    // interface and network).
+    let mut defaulted: crate::VirtualMachineInstance =
+        serde_json::from_value(guestless_vmi()).expect("parses");
+    crate::defaults::default_vmi(&mut defaulted);
+    assert_eq!(crate::validation::validate_vmi(&defaulted), Ok(()));
+    // memory.guest instead of a request, and inside a VM's template.
+    let guest = with(
+        guestless_vmi(),
+        "/spec/domain",
+        json!({"memory": {"guest": "1Mi"}, "devices": {}}),
+    );
+    assert_eq!(errors_of(guest), vec![]);
+    let vm = json!({
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachine",
+        "metadata": {"name": "guestless"},
+        "spec": {"runStrategy": "Always", "template": {"spec": guestless_vmi()["spec"].clone()}}
+    });
+    assert_eq!(errors_of(vm), vec![]);
+}
+
 #[test]
 fn vmi_rules() {
     let disks = "/spec/domain/devices/disks";
@@ -135,9 +176,45 @@ fn vmi_rules() {
             vec![("spec.volumes[2].name", Invalid)],
         ),
         (
-            "memory below the minimum",
-            with(vmi(), "/spec/domain/memory/guest", json!("8Mi")),
+            "guest memory of 1Mi (KubeVirt's qemuMinimumMemory): the VM boots with more",
+            with(vmi(), "/spec/domain/memory/guest", json!("1Mi")),
+            vec![],
+        ),
+        (
+            "no guest memory",
+            with(vmi(), "/spec/domain/memory/guest", json!("0")),
             vec![("spec.domain.memory.guest", Invalid)],
+        ),
+        (
+            "a memory request of 1M, KubeVirt's minimum",
+            with(vmi(), "/spec/domain/memory", json!({})).pipe(|v| {
+                with(
+                    v,
+                    "/spec/domain/resources",
+                    json!({"requests": {"memory": "1M"}}),
+                )
+            }),
+            vec![],
+        ),
+        (
+            "a memory request below 1M",
+            with(vmi(), "/spec/domain/memory", json!({})).pipe(|v| {
+                with(
+                    v,
+                    "/spec/domain/resources",
+                    json!({"requests": {"memory": "999k"}}),
+                )
+            }),
+            vec![("spec.domain.resources.requests.memory", Invalid)],
+        ),
+        (
+            "a memory request below 1M beside a guest memory",
+            with(
+                vmi(),
+                "/spec/domain/resources",
+                json!({"requests": {"memory": "512Ki"}}),
+            ),
+            vec![("spec.domain.resources.requests.memory", Invalid)],
         ),
         (
             "memory is not a quantity",

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use contract::limits::{MAX_DEVICES, MAX_VCPUS, MIN_GUEST_MEMORY_BYTES};
+use contract::limits::{MAX_DEVICES, MAX_VCPUS, MIN_MEMORY_REQUEST_BYTES};
 
 use crate::domain::{Cpu, Devices, DomainSpec, Interface};
 use crate::other::reject_other;
@@ -241,14 +241,22 @@ fn validate_memory(domain: &DomainSpec, path: &Path, errors: &mut Vec<FieldError
         }
         return;
     };
-    if bytes < MIN_GUEST_MEMORY_BYTES {
-        errors.push(FieldError::invalid(
-            at,
-            format!(
-                "{bytes} bytes is below the minimum guest memory of {} MiB",
-                MIN_GUEST_MEMORY_BYTES >> 20
-            ),
-        ));
+    // KubeVirt's rules: a memory request is at least 1M; the guest gets some memory. A VMI
+    // may ask for less than the backends run a VM with: it boots with
+    // `contract::limits::boot_memory_bytes` of it, and its spec keeps what it asked.
+    if bytes == 0 {
+        errors.push(FieldError::invalid(at, "0 bytes: the guest needs memory"));
+    }
+    if let Some((request, at)) = &requests {
+        if (1..MIN_MEMORY_REQUEST_BYTES).contains(request) {
+            errors.push(FieldError::invalid(
+                at.clone(),
+                format!(
+                    "{request} bytes is below the minimum memory request of 1M \
+                     ({MIN_MEMORY_REQUEST_BYTES} bytes)"
+                ),
+            ));
+        }
     }
     if let (Some((guest, at)), Some((limit, _))) = (&guest, &limits) {
         if guest > limit {

@@ -1,5 +1,6 @@
 use api::VirtualMachineInstance;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::json;
 
 use crate::config::ClusterConfig;
@@ -123,6 +124,85 @@ fn resources_are_guest_memory_plus_overhead_and_device_plugins() {
     assert_eq!(
         memory,
         (128 << 20) + kvm_only.launcher_overhead_bytes + (128 << 20) / 512
+    );
+}
+
+/// KubeVirt's `libvmifact.NewGuestless()`: no disks, no volumes, a 1Mi memory request.
+fn guestless(resources: serde_json::Value) -> VirtualMachineInstance {
+    let mut vmi: VirtualMachineInstance = serde_json::from_value(json!({
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": {"name": "guestless", "namespace": "default", "uid": "5678-efgh"},
+        "spec": {"domain": {"devices": {}, "resources": resources}}
+    }))
+    .unwrap();
+    api::defaults::default_vmi(&mut vmi);
+    vmi
+}
+
+fn memory_of(resources: &Option<std::collections::BTreeMap<String, Quantity>>) -> Option<u64> {
+    resources
+        .as_ref()
+        .and_then(|r| r.get("memory"))
+        .map(|q| q.0.parse().unwrap())
+}
+
+#[test]
+fn a_guestless_vmi_gets_the_memory_its_vm_boots_with_plus_overhead() {
+    const MIB: u64 = 1 << 20;
+    let cfg = ClusterConfig::default();
+    let overhead_for =
+        |guest: u64| cfg.launcher_overhead_bytes + cfg.tcg_overhead_bytes + guest / 512;
+    let min = contract::limits::MIN_GUEST_MEMORY_BYTES;
+
+    // 1Mi asked: the VM boots with the backends' minimum, and the Pod asks for that.
+    let vmi = guestless(json!({"requests": {"memory": "1Mi"}}));
+    assert_eq!(
+        guest_memory_bytes(&vmi),
+        Ok(MIB),
+        "the VMI keeps what it asked"
+    );
+    assert_eq!(boot_memory_bytes(&vmi), Ok(min));
+    let pod = render(&vmi, &cfg);
+    let resources = compute(&pod).resources.as_ref().unwrap();
+    assert_eq!(
+        memory_of(&resources.requests),
+        Some(min + overhead_for(min))
+    );
+    assert_eq!(
+        memory_of(&resources.limits),
+        None,
+        "no limit asked, none set"
+    );
+    assert_eq!(
+        vmi.spec
+            .domain
+            .memory
+            .as_ref()
+            .and_then(|m| m.guest.clone()),
+        Some(Quantity("1Mi".into()))
+    );
+
+    // A 1Mi limit too: the Pod's limit covers what runs, as its request does.
+    let vmi = guestless(json!({"requests": {"memory": "1Mi"}, "limits": {"memory": "1Mi"}}));
+    let pod = render(&vmi, &cfg);
+    let resources = compute(&pod).resources.as_ref().unwrap();
+    let request = memory_of(&resources.requests).unwrap();
+    assert_eq!(request, min + overhead_for(min));
+    assert_eq!(memory_of(&resources.limits), Some(request));
+
+    // Not a whole MiB: rounded up as the launcher rounds it.
+    let vmi = guestless(json!({"requests": {"memory": "100M"}, "limits": {"memory": "200M"}}));
+    assert_eq!(boot_memory_bytes(&vmi), Ok(96 * MIB));
+    let pod = render(&vmi, &cfg);
+    let resources = compute(&pod).resources.as_ref().unwrap();
+    assert_eq!(
+        memory_of(&resources.requests),
+        Some(96 * MIB + overhead_for(96 * MIB))
+    );
+    assert_eq!(
+        memory_of(&resources.limits),
+        Some(200_000_000 + overhead_for(96 * MIB))
     );
 }
 

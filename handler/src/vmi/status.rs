@@ -15,6 +15,7 @@ use api::condition::Condition;
 use api::vmi::{set_condition, set_phase, VmiNetworkInterface};
 use api::{VirtualMachineInstance, VirtualMachineInstanceStatus, VmiPhase};
 use contract::proto::v1::{Backend, BootOrigin, Domain, DomainState};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::jiff::Timestamp;
 
 /// What the handler knows besides the domain.
@@ -97,6 +98,7 @@ pub fn status_from_domain(
         Ok(BootOrigin::KernelBoot) => Some("KernelBoot"),
         Ok(BootOrigin::UserDisk) => Some("UserDisk"),
         Ok(BootOrigin::Bundled) => Some("BundledKernel"),
+        Ok(BootOrigin::Guestless) => Some("Guestless"),
         // A launcher older than the field.
         Ok(BootOrigin::Unspecified) | Err(_) => None,
     };
@@ -108,6 +110,27 @@ pub fn status_from_domain(
     }
     if phase == VmiPhase::Running {
         status.interfaces = interfaces(vmi, observed);
+    }
+    // What the guest got: the VMI's memory rounded up to what the backend needs (a guestless
+    // VMI asks for 1Mi and gets the VMM's minimum).
+    if let Some(bytes) = domain
+        .stats
+        .as_ref()
+        .map(|s| s.memory_bytes)
+        .filter(|b| *b > 0)
+    {
+        let got = Some(Quantity(bytes.to_string()));
+        let memory = status.memory.get_or_insert_with(Default::default);
+        memory
+            .guest_at_boot
+            .get_or_insert_with(|| Quantity(bytes.to_string()));
+        memory.guest_current = got;
+        memory.guest_requested = vmi
+            .spec
+            .domain
+            .memory
+            .as_ref()
+            .and_then(|m| m.guest.clone());
     }
     status
 }
@@ -288,6 +311,36 @@ mod tests {
     }
 
     #[test]
+    fn the_memory_status_is_what_the_guest_got() {
+        let mut vmi = vmi(VmiPhase::Scheduled);
+        vmi.spec.domain.memory = Some(api::domain::Memory {
+            guest: Some(Quantity("1Mi".into())),
+            ..Default::default()
+        });
+        let with_stats = Domain {
+            stats: Some(contract::proto::v1::DomainStats {
+                memory_bytes: 16 << 20,
+                ..Default::default()
+            }),
+            ..domain(DomainState::Running, Backend::QemuTcg)
+        };
+        let status = status_from_domain(&vmi, &with_stats, &observed(), now());
+        let memory = status.memory.expect("status.memory");
+        let got = Some(Quantity((16u64 << 20).to_string()));
+        assert_eq!(memory.guest_at_boot, got);
+        assert_eq!(memory.guest_current, got);
+        assert_eq!(memory.guest_requested, Some(Quantity("1Mi".into())));
+        // No stats (an older launcher, or none yet): nothing is reported.
+        let none = status_from_domain(
+            &vmi,
+            &domain(DomainState::Running, Backend::QemuTcg),
+            &observed(),
+            now(),
+        );
+        assert_eq!(none.memory, None);
+    }
+
+    #[test]
     fn the_boot_source_is_a_condition() {
         let description = "disk rootdisk: kernel /boot/vmlinuz-6.1.0-28-cloud-amd64 from \
                            partition 1 (ext4, UUID 6f1c) per /boot/grub/grub.cfg on partition 1 \
@@ -296,6 +349,7 @@ mod tests {
             (BootOrigin::UserDisk, Some("UserDisk")),
             (BootOrigin::KernelBoot, Some("KernelBoot")),
             (BootOrigin::Bundled, Some("BundledKernel")),
+            (BootOrigin::Guestless, Some("Guestless")),
             (BootOrigin::Unspecified, None),
         ];
         for (origin, reason) in cases {

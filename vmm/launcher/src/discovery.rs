@@ -6,9 +6,10 @@
 //! Step by step, for a VMI without `firmware.kernelBoot` (`firmware.bootloader` is refused by
 //! validation before this):
 //! 1. A VMI without an OS disk (no disk, or none that is a containerDisk or a PVC: only
-//!    emptyDisks and cloud-init seeds) is [`BootDiscovery::NoOsDisk`]. Otherwise the boot disk
-//!    is the converter's: [`disks::boot_disk`], the first by `bootOrder`, else the first
-//!    declared.
+//!    emptyDisks and cloud-init seeds) is [`BootDiscovery::NoOsDisk`] (the converter makes it a
+//!    guestless VM, or boots the bundled initramfs when the launcher has one). Otherwise the
+//!    boot disk is the converter's: [`disks::boot_disk`], the first by `bootOrder`, else the
+//!    first declared.
 //! 2. Its file comes from the volume plan ([`crate::volumes::plan`]) and is read where it is,
 //!    before the volumes are prepared and without writing it: a containerDisk's image in its
 //!    mount (raw or qcow2; the file [`find_container_disk`] picks, the one the VM's private copy

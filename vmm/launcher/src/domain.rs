@@ -99,6 +99,7 @@ impl DomainInfo {
                 KernelOrigin::KernelBoot => v1::BootOrigin::KernelBoot,
                 KernelOrigin::UserDisk => v1::BootOrigin::UserDisk,
                 KernelOrigin::Bundled => v1::BootOrigin::Bundled,
+                KernelOrigin::Guestless => v1::BootOrigin::Guestless,
             }
             .into(),
         }
@@ -146,6 +147,7 @@ mod tests {
             (KernelOrigin::KernelBoot, v1::BootOrigin::KernelBoot),
             (KernelOrigin::UserDisk, v1::BootOrigin::UserDisk),
             (KernelOrigin::Bundled, v1::BootOrigin::Bundled),
+            (KernelOrigin::Guestless, v1::BootOrigin::Guestless),
         ];
         for (origin, want) in cases {
             let domain = info(origin).to_proto(&VmmStats::default(), "console-sock");

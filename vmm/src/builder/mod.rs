@@ -108,6 +108,8 @@ pub enum StartVmError {
     LoadKernel(#[source] LoadKernelError),
     #[error("load initramfs")]
     LoadInitramfs(#[source] LoadInitramfsError),
+    #[error("load the idle code of a guestless VM")]
+    LoadIdleCode(#[source] vm_memory::GuestMemoryError),
     #[error("kernel command line")]
     Cmdline(#[source] CmdlineError),
     #[error("zero page")]
@@ -202,6 +204,13 @@ pub(crate) fn load_payload(
     memory_size: u64,
     platform: &Platform,
 ) -> Result<u64, StartVmError> {
+    if payload.guestless {
+        // No kernel, so no zero page, command line or ACPI tables: the idle code and the page
+        // tables and GDT of the long-mode entry.
+        let entry = loader::load_idle_code(mem).map_err(StartVmError::LoadIdleCode)?;
+        write_boot_tables(mem).map_err(StartVmError::BootTables)?;
+        return Ok(entry);
+    }
     let kernel = loader::load_kernel(mem, &payload.kernel).map_err(StartVmError::LoadKernel)?;
     let initramfs = match &payload.initramfs {
         Some(path) => Some(

@@ -68,6 +68,7 @@ pub fn config(name: &str, serial: &Path) -> VmConfig {
             kernel: guest(name),
             initramfs: None,
             cmdline: String::new(),
+            guestless: false,
         },
         memory: MemoryConfig { size: 64 << 20 },
         serial: ConsoleConfig::File {

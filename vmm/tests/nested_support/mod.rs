@@ -121,6 +121,7 @@ pub fn linux(serial: &Path) -> VmConfig {
             kernel: image("vmlinux"),
             initramfs: Some(image("initramfs.cpio.gz")),
             cmdline: "console=ttyS0 panic=-1 root=ram".into(),
+            guestless: false,
         },
         cpus: CpusConfig::default(),
         memory: MemoryConfig { size: 256 << 20 },

@@ -207,9 +207,13 @@ pub struct MissingFile {
     pub path: PathBuf,
 }
 
-/// Checks that the kernel, initramfs and disk files of `config` exist.
+/// Checks that the kernel, initramfs and disk files of `config` exist (a guestless VM has no
+/// kernel).
 pub fn check_files(config: &VmConfig) -> Result<(), MissingFile> {
-    let mut files = vec![("kernel", &config.payload.kernel)];
+    let mut files = Vec::new();
+    if !config.payload.guestless {
+        files.push(("kernel", &config.payload.kernel));
+    }
     if let Some(initramfs) = &config.payload.initramfs {
         files.push(("initramfs", initramfs));
     }

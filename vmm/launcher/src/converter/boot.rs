@@ -9,9 +9,14 @@
 //! 3. `firmware.bootloader` (firmware on QEMU) is not implemented: validation refuses it with
 //!    its path, so it never reaches the converter.
 //! 4. A bare root filesystem (no partition table, no kernel, Firecracker and Kata style): the
-//!    kernel Ferrovirt ships, with that disk as `root=/dev/vda`. A VMI without an OS disk (no
-//!    disk, or only emptyDisks and cloud-init seeds) boots the bundled kernel and initramfs
-//!    alone.
+//!    kernel Ferrovirt ships, with that disk as `root=/dev/vda`.
+//! 5. A VMI without an OS disk (no disk, or only emptyDisks and cloud-init seeds) has nothing
+//!    of its own to boot. It runs "guestless", as KubeVirt runs such VMIs (its functional suite
+//!    makes most of its VMIs so): no kernel ([`PayloadConfig::guestless`]), its vCPUs idle, and
+//!    it answers pause, unpause, shutdown (nothing in it reacts: it is stopped when the grace
+//!    period ends) and kill like any VM. A launcher given a bundled initramfs
+//!    ([`HostFacts::default_initramfs`], `--initramfs`: the project's test guests run that way)
+//!    boots its bundled kernel and initramfs alone instead; the launcher Pod gives none.
 //!
 //! Anything else is an error with the reason, so that the VMI fails with it: a partitioned disk
 //! without a kernel, or a disk that holds nothing to boot, never boots the bundled kernel (its
@@ -37,6 +42,8 @@ pub enum KernelOrigin {
     UserDisk,
     /// The kernel Ferrovirt ships.
     Bundled,
+    /// No kernel: a guestless VM.
+    Guestless,
 }
 
 /// How the VM boots and why, as the VMI reports it.
@@ -95,11 +102,20 @@ pub fn plan(
                 ),
             ))
         }
-        BootDiscovery::NoOsDisk { reason } => Ok(bundled(
+        BootDiscovery::NoOsDisk { reason } if facts.default_initramfs.is_some() => Ok(bundled(
             DEFAULT_CMDLINE.to_string(),
             facts,
             format!("the bundled kernel and initramfs: {reason}"),
         )),
+        BootDiscovery::NoOsDisk { reason } => Ok(BootPlan {
+            payload: PayloadConfig::guestless(),
+            choice: BootChoice {
+                origin: KernelOrigin::Guestless,
+                description: format!(
+                    "guestless: {reason}, so nothing boots (no kernel; the vCPUs idle)"
+                ),
+            },
+        }),
         BootDiscovery::PartitionedWithoutKernel { disk, layout } => Err(FieldProblem::new(
             disk_path(disk),
             format!(
@@ -125,6 +141,7 @@ fn bundled(cmdline: String, facts: &HostFacts, description: String) -> BootPlan 
             kernel: facts.default_kernel.clone(),
             initramfs: facts.default_initramfs.clone(),
             cmdline,
+            guestless: false,
         },
         choice: BootChoice {
             origin: KernelOrigin::Bundled,
@@ -144,6 +161,7 @@ fn user_disk_plan(found: &FoundKernel) -> BootPlan {
             kernel: found.kernel.clone(),
             initramfs: found.initrd.clone(),
             cmdline,
+            guestless: false,
         },
         choice: BootChoice {
             origin: KernelOrigin::UserDisk,
@@ -216,6 +234,7 @@ fn kernel_boot_plan(
             kernel,
             initramfs,
             cmdline,
+            guestless: false,
         },
         choice: BootChoice {
             origin: KernelOrigin::KernelBoot,
@@ -230,7 +249,10 @@ fn kernel_boot_plan(
 pub fn transport(origin: KernelOrigin) -> vmm::config::Transport {
     match origin {
         KernelOrigin::UserDisk => vmm::config::Transport::Pci,
-        KernelOrigin::KernelBoot | KernelOrigin::Bundled => vmm::config::Transport::Mmio,
+        // A guestless VM has no driver for either: mmio needs no ACPI tables.
+        KernelOrigin::KernelBoot | KernelOrigin::Bundled | KernelOrigin::Guestless => {
+            vmm::config::Transport::Mmio
+        }
     }
 }
 
@@ -313,11 +335,13 @@ mod tests {
             kernel: test_facts().default_kernel,
             initramfs: test_facts().default_initramfs,
             cmdline: cmdline.into(),
+            guestless: false,
         };
         let user = |initrd: bool, cmdline: &str| PayloadConfig {
             kernel: "/var/run/ferrovirt/boot/kernel".into(),
             initramfs: initrd.then(|| "/var/run/ferrovirt/boot/initrd".into()),
             cmdline: cmdline.into(),
+            guestless: false,
         };
         let debian = "root=UUID=6f1c ro console=tty0 console=ttyS0,115200 consoleblank=0";
         let bare_description = "the bundled kernel: disk root is a bare filesystem (ext4, label \
@@ -409,6 +433,7 @@ mod tests {
                     kernel: kernel_boot_dir.join("boot/vmlinuz"),
                     initramfs: Some(kernel_boot_dir.join("boot/initrd")),
                     cmdline: "console=ttyS0 quiet".into(),
+                    guestless: false,
                 },
                 KernelOrigin::KernelBoot,
                 "kernelBoot: kernel /boot/vmlinuz and initrd /boot/initrd of the container \
@@ -423,17 +448,58 @@ mod tests {
                     kernel: kernel_boot_dir.join("vmlinuz"),
                     initramfs: None,
                     cmdline: "console=ttyS0".into(),
+                    guestless: false,
                 },
                 KernelOrigin::KernelBoot,
                 "kernelBoot: kernel vmlinuz of the container image img".to_string(),
             ),
         ];
         for (kb, discovery, disks, payload, origin, description) in cases {
-            let got = plan(&spec(kb), &facts(discovery.clone()), &disks).unwrap();
+            let facts = facts(discovery.clone());
+            let got = plan(&spec(kb), &facts, &disks).unwrap();
             assert_eq!(got.payload, payload, "{discovery:?}");
             assert_eq!(got.choice.origin, origin, "{discovery:?}");
             assert_eq!(got.choice.description, description, "{discovery:?}");
         }
+    }
+
+    #[test]
+    fn without_an_os_disk_and_a_bundled_initramfs_the_vm_is_guestless() {
+        let cases = [
+            (
+                "the VMI has no disk",
+                vec![],
+                "guestless: the VMI has no disk, so nothing boots (no kernel; the vCPUs idle)",
+            ),
+            (
+                "no disk of the VMI is a containerDisk or persistentVolumeClaim",
+                vec![disk(false)],
+                "guestless: no disk of the VMI is a containerDisk or persistentVolumeClaim, so \
+                 nothing boots (no kernel; the vCPUs idle)",
+            ),
+        ];
+        for (reason, disks, description) in cases {
+            let facts = HostFacts {
+                default_initramfs: None,
+                ..facts(BootDiscovery::NoOsDisk {
+                    reason: reason.into(),
+                })
+            };
+            let mut no_disks = spec(None);
+            no_disks.domain.devices.disks.clear();
+            let got = plan(&no_disks, &facts, &disks).unwrap();
+            assert_eq!(got.payload, PayloadConfig::guestless(), "{reason}");
+            assert_eq!(got.choice.origin, KernelOrigin::Guestless, "{reason}");
+            assert_eq!(got.choice.description, description);
+        }
+        // A bare filesystem still boots the bundled kernel, initramfs or not.
+        let facts = HostFacts {
+            default_initramfs: None,
+            ..facts(bare())
+        };
+        let got = plan(&spec(None), &facts, &[disk(false)]).unwrap();
+        assert_eq!(got.choice.origin, KernelOrigin::Bundled);
+        assert!(!got.payload.guestless);
     }
 
     #[test]
@@ -541,5 +607,6 @@ mod tests {
         assert_eq!(transport(KernelOrigin::UserDisk), Transport::Pci);
         assert_eq!(transport(KernelOrigin::Bundled), Transport::Mmio);
         assert_eq!(transport(KernelOrigin::KernelBoot), Transport::Mmio);
+        assert_eq!(transport(KernelOrigin::Guestless), Transport::Mmio);
     }
 }

@@ -224,3 +224,47 @@ fn convert_errors_carry_the_field_path() {
     assert!(matches!(err, ConvertError::Memory(_)), "{err}");
     assert_eq!(err.field_path(), Some("spec.domain.memory.guest"));
 }
+
+/// KubeVirt's functional suite's `libvmifact.NewGuestless()` (no disks, no volumes, a 1Mi memory
+/// request), as the launcher Pod runs it (no bundled initramfs): a guestless VM with the memory
+/// the backends need, no kernel, no disks, its vCPU idle.
+#[test]
+fn a_guestless_vmi_converts_to_a_vm_without_kernel_or_disks() {
+    let vmi = super::admit_vmi(
+        br#"{
+            "apiVersion": "kubevirt.io/v1",
+            "kind": "VirtualMachineInstance",
+            "metadata": {"name": "testvmi-guestless", "namespace": "default", "uid": "u1"},
+            "spec": {"domain": {"resources": {"requests": {"memory": "1Mi"}}, "devices": {}}}
+        }"#,
+    )
+    .expect("a guestless VMI is admitted");
+    let facts = super::HostFacts {
+        default_initramfs: None,
+        ..test_facts_for(&vmi)
+    };
+    let converted = convert(&vmi, &facts).expect("a guestless VMI converts");
+    let config = &converted.config;
+    assert_eq!(config.payload, vmm::config::PayloadConfig::guestless());
+    assert_eq!(config.memory.size, vmm::config::MIN_MEMORY_BYTES);
+    assert!(config.disks.is_empty());
+    assert_eq!(config.transport, vmm::config::Transport::Mmio);
+    assert_eq!(config.cpus.boot_vcpus, 1);
+    assert_eq!(config.validate(), Ok(()));
+    assert_eq!(converted.boot.origin, KernelOrigin::Guestless);
+    assert_eq!(
+        converted.boot.description,
+        "guestless: the VMI has no disk, so nothing boots (no kernel; the vCPUs idle)"
+    );
+    // What the user asked stays in the VMI.
+    assert_eq!(
+        vmi.spec
+            .domain
+            .memory
+            .as_ref()
+            .and_then(|m| m.guest.as_ref()),
+        Some(&k8s_openapi::apimachinery::pkg::api::resource::Quantity(
+            "1Mi".into()
+        ))
+    );
+}

@@ -1,12 +1,14 @@
 //! Guest memory: `spec.domain.memory.guest` (defaulting fills it from the resource requests),
-//! rounded up to whole MiB so that every backend can express it.
+//! as the VM boots with it ([`contract::limits::boot_memory_bytes`]): rounded up to whole MiB
+//! so that every backend can express it, and at least what the backends run a VM with
+//! (`vmm::config::MIN_MEMORY_BYTES`): KubeVirt admits 1M, its guestless VMIs ask for 1Mi. The
+//! VMI keeps what it asked; the domain's stats report what the guest got.
 
 use api::VirtualMachineInstanceSpec;
-use vmm::config::{MemoryConfig, MIN_MEMORY_BYTES};
+use contract::limits::boot_memory_bytes;
+use vmm::config::MemoryConfig;
 
 use super::FieldProblem;
-
-const MIB: u64 = 1 << 20;
 
 /// The guest memory of the VM.
 pub fn memory(spec: &VirtualMachineInstanceSpec) -> Result<MemoryConfig, FieldProblem> {
@@ -24,18 +26,10 @@ pub fn memory(spec: &VirtualMachineInstanceSpec) -> Result<MemoryConfig, FieldPr
         })?;
     let bytes =
         api::quantity::to_u64(quantity).map_err(|e| FieldProblem::new(PATH, e.to_string()))?;
-    if bytes < MIN_MEMORY_BYTES {
-        return Err(FieldProblem::new(
-            PATH,
-            format!(
-                "{} is less than the {} MiB a guest needs",
-                quantity.0,
-                MIN_MEMORY_BYTES / MIB
-            ),
-        ));
+    if bytes == 0 {
+        return Err(FieldProblem::new(PATH, "0 bytes: the guest needs memory"));
     }
-    let size = bytes
-        .checked_next_multiple_of(MIB)
+    let size = boot_memory_bytes(bytes)
         .ok_or_else(|| FieldProblem::new(PATH, format!("{} is too large", quantity.0)))?;
     Ok(MemoryConfig { size })
 }
@@ -46,6 +40,8 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     use super::*;
+
+    const MIB: u64 = 1 << 20;
 
     fn spec(guest: Option<&str>) -> VirtualMachineInstanceSpec {
         let mut spec = VirtualMachineInstanceSpec::default();
@@ -70,8 +66,21 @@ mod tests {
     }
 
     #[test]
-    fn missing_small_or_bad_memory_names_the_field() {
-        for guest in [None, Some("1Mi"), Some("lots"), Some("-1Gi")] {
+    fn less_than_the_backends_need_is_rounded_up_to_their_minimum() {
+        use vmm::config::MIN_MEMORY_BYTES;
+        for guest in ["1", "1M", "1Mi", "8Mi", "16000000", "16Mi"] {
+            assert_eq!(
+                memory(&spec(Some(guest))).unwrap().size,
+                MIN_MEMORY_BYTES,
+                "{guest}"
+            );
+        }
+        assert_eq!(memory(&spec(Some("17M"))).unwrap().size, 17 * MIB);
+    }
+
+    #[test]
+    fn missing_zero_or_bad_memory_names_the_field() {
+        for guest in [None, Some("0"), Some("lots"), Some("-1Gi")] {
             let err = memory(&spec(guest)).unwrap_err();
             assert_eq!(err.path, "spec.domain.memory.guest", "{guest:?}");
         }

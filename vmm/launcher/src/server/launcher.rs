@@ -279,7 +279,7 @@ impl Launcher {
         // its PCI machine with ACPI tables instead (the config's transport).
         let acpi = match boot.origin {
             KernelOrigin::UserDisk => Acpi::On,
-            KernelOrigin::KernelBoot | KernelOrigin::Bundled => Acpi::Off,
+            KernelOrigin::KernelBoot | KernelOrigin::Bundled | KernelOrigin::Guestless => Acpi::Off,
         };
         let mut backend =
             start_backend(choice.kind, &config, &self.settings.run_dir, incoming, acpi)?;

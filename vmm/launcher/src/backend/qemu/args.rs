@@ -11,7 +11,8 @@
 //! stopped (`-S`) and serves QMP and the serial port on unix sockets; the launcher connects to
 //! both before it lets the vCPUs run, so no console byte is lost. The kernel command line gets
 //! `tsc_early_khz=` (TCG's TSC calibration hangs about one boot in three without it) and
-//! `panic=-1` (a panicking guest resets, which the launcher sees, instead of spinning).
+//! `panic=-1` (a panicking guest resets, which the launcher sees, instead of spinning). A guestless
+//! VM has no `-kernel`: microvm's firmware (qboot) finds nothing to boot and halts.
 
 use std::path::{Path, PathBuf};
 
@@ -75,16 +76,21 @@ pub fn qemu_args(
     }
     args.extend(serial_args(&config.serial));
     let mut push = |items: &[&str]| args.extend(items.iter().map(|s| s.to_string()));
-    let mut cmdline = config.payload.cmdline.clone();
-    if let Some(khz) = tsc_khz {
-        cmdline.push_str(&format!(" tsc_early_khz={khz}"));
+    // A guestless VM gets no kernel: microvm then runs its firmware (qboot, Debian's
+    // qemu-system-data /usr/share/qemu/bios-microvm.bin), which finds nothing to boot and
+    // halts the vCPU with interrupts off. QMP's stop, cont, quit and system_reset work on it.
+    if !config.payload.guestless {
+        let mut cmdline = config.payload.cmdline.clone();
+        if let Some(khz) = tsc_khz {
+            cmdline.push_str(&format!(" tsc_early_khz={khz}"));
+        }
+        cmdline.push_str(" panic=-1");
+        push(&["-kernel", &config.payload.kernel.display().to_string()]);
+        if let Some(initramfs) = &config.payload.initramfs {
+            push(&["-initrd", &initramfs.display().to_string()]);
+        }
+        push(&["-append", cmdline.trim()]);
     }
-    cmdline.push_str(" panic=-1");
-    push(&["-kernel", &config.payload.kernel.display().to_string()]);
-    if let Some(initramfs) = &config.payload.initramfs {
-        push(&["-initrd", &initramfs.display().to_string()]);
-    }
-    push(&["-append", cmdline.trim()]);
     for (index, disk) in config.disks.iter().enumerate() {
         let id = format!("disk{index}");
         let readonly = if disk.readonly { ",readonly=on" } else { "" };
@@ -170,6 +176,7 @@ mod tests {
                 kernel: "/k/vmlinux".into(),
                 initramfs: Some("/k/initrd".into()),
                 cmdline: "console=ttyS0 root=/dev/vda rw".into(),
+                guestless: false,
             },
             disks: vec![
                 DiskConfig {
@@ -255,6 +262,34 @@ mod tests {
         let first_blk = args.iter().position(|a| a.contains("drive=disk0")).unwrap();
         let second_blk = args.iter().position(|a| a.contains("drive=disk1")).unwrap();
         assert!(first_blk < second_blk);
+    }
+
+    #[test]
+    fn a_guestless_vm_has_no_kernel_and_the_machines_firmware() {
+        let guestless = VmConfig {
+            payload: PayloadConfig::guestless(),
+            memory: vmm::config::MemoryConfig { size: 16 << 20 },
+            disks: Vec::new(),
+            net: Vec::new(),
+            rng: None,
+            ..config()
+        };
+        let args = qemu_args(&guestless, &paths(), Some(2_600_000), Acpi::Off).unwrap();
+        for flag in ["-kernel", "-initrd", "-append", "-bios", "-drive"] {
+            assert!(!args.contains(&flag.to_string()), "{flag} in {args:?}");
+        }
+        for (flag, value) in [
+            ("-M", "microvm,acpi=off"),
+            ("-device", "i8042"),
+            ("-m", "16M"),
+            ("-serial", "chardev:serial0"),
+        ] {
+            assert!(
+                has_pair(&args, flag, value),
+                "{flag} {value} missing from {args:?}"
+            );
+        }
+        assert!(args.contains(&"-S".to_string()));
     }
 
     #[test]

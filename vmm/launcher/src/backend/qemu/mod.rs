@@ -1,7 +1,8 @@
 //! The QEMU TCG backend: `qemu-system-x86_64 -M microvm -accel tcg` as a child process,
 //! controlled over QMP.
 //!
-//! Start: check that QEMU is on `PATH` and that the kernel, initramfs and disk files exist;
+//! Start: check that QEMU is on `PATH` and that the kernel (none for a guestless VM: microvm's
+//! firmware runs, finds nothing and halts), initramfs and disk files exist;
 //! spawn QEMU with its vCPUs stopped (`-S`); wait (with a deadline) for its QMP socket and
 //! negotiate. The caller then connects the console relay to the serial socket and calls
 //! [`Backend::resume`], so the first console byte is not lost.
@@ -594,5 +595,11 @@ mod tests {
         };
         let err = super::super::check_files(&config).unwrap_err();
         assert!(err.to_string().contains("/nonexistent/vmlinux"), "{err}");
+        // A guestless VM has no kernel to look for.
+        let guestless = VmConfig {
+            payload: vmm::config::PayloadConfig::guestless(),
+            ..VmConfig::default()
+        };
+        assert!(super::super::check_files(&guestless).is_ok());
     }
 }
