@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# KubeVirt's virtctl and Ferrovirt's, side by side on the local cluster: the same commands on
+# the same VM state must give the same exit code, and where KubeVirt's names the object in its
+# error, ours must too. Each state-changing command is run once through each virtctl (start
+# with one, stop with the other, ...), and the VM's state is checked after it.
+#
+# Usage: tests/kubevirt-suite/virtctl-parity.sh KUBEVIRT_VIRTCTL FERROVIRT_VIRTCTL
+# Exit status: 0 when every comparison held, 1 otherwise.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=../cluster/lib/common.sh
+source "$here/../cluster/lib/common.sh"
+
+kv=${1:?usage: $0 KUBEVIRT_VIRTCTL FERROVIRT_VIRTCTL}
+fv=${2:?usage: $0 KUBEVIRT_VIRTCTL FERROVIRT_VIRTCTL}
+[[ -x $kv ]] || { echo "virtctl-parity: $kv is not an executable" >&2; exit 2; }
+[[ -x $fv ]] || { echo "virtctl-parity: $fv is not an executable (build it: cargo build --release -p virtctl)" >&2; exit 2; }
+
+ns=ferrovirt-virtctl-parity
+vm=parity-vm
+failures=0
+checks=0
+work=$(mktemp -d)
+trap 'kubectl_admin delete namespace "$ns" --ignore-not-found --wait=false >/dev/null; rm -rf "$work"' EXIT
+
+run() { # run WHICH ARGS...: one virtctl, its output in $work/WHICH.out, its exit code echoed
+  local which=$1 bin
+  shift
+  bin=$kv
+  [[ $which == fv ]] && bin=$fv
+  timeout 120 "$bin" --kubeconfig "$ADMIN_KUBECONFIG" -n "$ns" "$@" >"$work/$which.out" 2>&1
+  echo $?
+}
+
+# same ARGS...: both virtctls on the same (unchanged) state: equal exit codes, and a quoted
+# name in KubeVirt's error message appears in ours.
+same() {
+  local a b
+  a=$(run kv "$@")
+  b=$(run fv "$@")
+  checks=$((checks + 1))
+  local verdict=ok
+  if [[ $a != "$b" ]]; then
+    verdict="DIFFERENT exit codes"
+  elif ((a != 0)); then
+    local name
+    name=$(grep -o '"[a-z0-9.-]*"' "$work/kv.out" | head -n 1)
+    if [[ -n $name ]] && ! grep -qF -- "$name" "$work/fv.out"; then
+      verdict="ours does not name $name"
+    fi
+  fi
+  [[ $verdict == ok ]] || failures=$((failures + 1))
+  printf '%-10s virtctl %-32s kubevirt %s, ferrovirt %s\n' "$verdict" "$*" "$a" "$b"
+  if [[ $verdict != ok ]]; then
+    sed 's/^/             kubevirt: /' "$work/kv.out" | head -n 3
+    sed 's/^/             ferrovirt: /' "$work/fv.out" | head -n 3
+  fi
+}
+
+# step WHICH EXPECTED-STATUS ARGS...: one virtctl changes the VM; it must succeed and the VM
+# must reach EXPECTED-STATUS (its printableStatus).
+step() {
+  local which=$1 want=$2 rc
+  shift 2
+  rc=$(run "$which" "$@")
+  checks=$((checks + 1))
+  local status="" deadline=$((SECONDS + 180))
+  while ((SECONDS < deadline)); do
+    status=$(kubectl_admin -n "$ns" get vm "$vm" -o jsonpath='{.status.printableStatus}' 2>/dev/null)
+    [[ $status == "$want" ]] && break
+    sleep 1
+  done
+  local verdict=ok
+  if [[ $rc != 0 ]]; then
+    verdict="FAILED (exit $rc)"
+  elif [[ $status != "$want" ]]; then
+    verdict="VM is $status, not $want"
+  fi
+  [[ $verdict == ok ]] || failures=$((failures + 1))
+  local who=kubevirt
+  [[ $which == fv ]] && who=ferrovirt
+  printf '%-10s %s virtctl %s -> %s\n' "$verdict" "$who" "$*" "$want"
+  [[ $verdict == ok ]] || sed 's/^/             /' "$work/$which.out" | head -n 3
+}
+
+kubectl_admin delete namespace "$ns" --ignore-not-found --wait=true --timeout=120s >/dev/null
+kubectl_admin create namespace "$ns" >/dev/null
+disk=$(kubectl_admin get vm vm-cirros -n default -o jsonpath='{.spec.template.spec.volumes[0].containerDisk.image}' 2>/dev/null)
+[[ -n $disk ]] || { echo "virtctl-parity: no vm-cirros in the default namespace to take a disk image from (run hack/up.sh)" >&2; exit 2; }
+kubectl_admin -n "$ns" apply -f - >/dev/null <<EOF
+apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata:
+  name: $vm
+spec:
+  runStrategy: Halted
+  template:
+    spec:
+      domain:
+        devices:
+          disks:
+          - name: containerdisk
+            disk: {bus: virtio}
+        resources:
+          requests: {memory: 128Mi}
+      terminationGracePeriodSeconds: 5
+      volumes:
+      - name: containerdisk
+        containerDisk: {image: $disk}
+EOF
+
+# Nothing of that name.
+same start no-such-vm
+same stop no-such-vm
+same restart no-such-vm
+same pause vm no-such-vm
+same unpause vmi no-such-vm
+same migrate no-such-vm
+same softreboot no-such-vm
+# Wrong usage.
+same start
+same pause
+same pause vm
+same stop "$vm" --force
+# The VM is stopped.
+same stop "$vm"
+same pause vm "$vm"
+same unpause vm "$vm"
+# Through one, then the other.
+step kv Running start "$vm"
+same start "$vm"
+step fv Paused pause vm "$vm"
+same pause vm "$vm"
+step kv Running unpause vm "$vm"
+step fv Stopped stop "$vm"
+step fv Running start "$vm"
+step kv Paused pause vmi "$vm"
+step fv Running unpause vmi "$vm"
+step kv Stopped stop "$vm"
+same version
+
+echo
+echo "virtctl parity: $((checks - failures)) of $checks checks held"
+((failures == 0))
