@@ -10,7 +10,8 @@
 //!    (checked in the TLS handshake, see [`crate::tls`]) and whose common name is allowed;
 //! 3. asks kube-apiserver whether that user may use the subresource with a
 //!    `SubjectAccessReview` (group `subresources.kubevirt.io`, resource e.g.
-//!    `virtualmachineinstances`, subresource `console`, verb `get` for GET and `update` for PUT);
+//!    `virtualmachineinstances`, subresource `console`, verb `get` for GET and `update` for PUT;
+//!    for `expand-vm-spec`, resource `expand-vm-spec` with no subresource and no name);
 //!    a denial is a 403.
 
 use std::collections::BTreeMap;
@@ -21,7 +22,7 @@ use k8s_openapi::api::authorization::v1::{
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 
-use crate::routes::{SubresourceRequest, GROUP, VERSION};
+use crate::routes::{SubresourceRequest, EXPAND_VM_SPEC, GROUP, VERSION};
 
 /// Name and namespace of the ConfigMap kube-apiserver publishes its requestheader settings in.
 pub const AUTH_CONFIGMAP: (&str, &str) = ("kube-system", "extension-apiserver-authentication");
@@ -161,22 +162,67 @@ pub fn verb_for(method: &Method) -> &'static str {
     }
 }
 
-/// The SubjectAccessReview asking whether `user` may call `request`.
-pub fn access_review(user: &User, request: &SubresourceRequest) -> SubjectAccessReview {
-    let subresource = request.subresource;
+/// What one SubjectAccessReview asks: may the user `verb` the `resource` (and `subresource`)
+/// of group `subresources.kubevirt.io` in `namespace`, on the object `name` if there is one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Access {
+    pub namespace: String,
+    pub verb: &'static str,
+    pub resource: &'static str,
+    pub subresource: Option<&'static str>,
+    pub name: Option<String>,
+}
+
+impl Access {
+    /// A subresource of one object: `virtualmachineinstances/console` of `name`, with the verb
+    /// of the subresource's method.
+    pub fn subresource(request: &SubresourceRequest) -> Self {
+        let s = request.subresource;
+        Access {
+            namespace: request.namespace.clone(),
+            verb: verb_for(&s.method()),
+            resource: s.owner().resource(),
+            subresource: Some(s.name()),
+            name: Some(request.name.clone()),
+        }
+    }
+
+    /// `PUT .../namespaces/{ns}/expand-vm-spec`: `update` on the resource `expand-vm-spec`,
+    /// with no subresource and no name, as KubeVirt asks.
+    pub fn expand_vm_spec(namespace: &str) -> Self {
+        Access {
+            namespace: namespace.to_string(),
+            verb: verb_for(&Method::PUT),
+            resource: EXPAND_VM_SPEC,
+            subresource: None,
+            name: None,
+        }
+    }
+
+    /// `resource/subresource`, as discovery and RBAC rules name it.
+    fn resource_path(&self) -> String {
+        match self.subresource {
+            Some(sub) => format!("{}/{sub}", self.resource),
+            None => self.resource.to_string(),
+        }
+    }
+}
+
+/// The SubjectAccessReview asking whether `user` may have `access`.
+pub fn access_review(user: &User, access: &Access) -> SubjectAccessReview {
     SubjectAccessReview {
         spec: SubjectAccessReviewSpec {
             user: Some(user.name.clone()),
             groups: Some(user.groups.clone()),
             extra: (!user.extra.is_empty()).then(|| user.extra.clone()),
             resource_attributes: Some(ResourceAttributes {
-                namespace: Some(request.namespace.clone()),
-                verb: Some(verb_for(&subresource.method()).to_string()),
+                namespace: Some(access.namespace.clone()),
+                verb: Some(access.verb.to_string()),
                 group: Some(GROUP.to_string()),
                 version: Some(VERSION.to_string()),
-                resource: Some(subresource.owner().resource().to_string()),
-                subresource: Some(subresource.name().to_string()),
-                name: Some(request.name.clone()),
+                resource: Some(access.resource.to_string()),
+                subresource: access.subresource.map(str::to_string),
+                name: access.name.clone(),
                 ..Default::default()
             }),
             ..Default::default()
@@ -185,18 +231,20 @@ pub fn access_review(user: &User, request: &SubresourceRequest) -> SubjectAccess
     }
 }
 
-/// The reason a SubjectAccessReview answer gives, for the 403 message.
-pub fn denial_message(user: &User, request: &SubresourceRequest, reason: Option<&str>) -> String {
-    let s = request.subresource;
+/// The reason a SubjectAccessReview answer gives, for the 403 message, worded as
+/// kube-apiserver words its own.
+pub fn denial_message(user: &User, access: &Access, reason: Option<&str>) -> String {
+    let object = match &access.name {
+        Some(name) => format!(" \"{name}\""),
+        None => String::new(),
+    };
     let mut message = format!(
-        "{}.{GROUP} \"{}\" is forbidden: User \"{}\" cannot {} resource \"{}/{}\" in API group \"{GROUP}\" in the namespace \"{}\"",
-        s.owner().resource(),
-        request.name,
+        "{}.{GROUP}{object} is forbidden: User \"{}\" cannot {} resource \"{}\" in API group \"{GROUP}\" in the namespace \"{}\"",
+        access.resource,
         user.name,
-        verb_for(&s.method()),
-        s.owner().resource(),
-        s.name(),
-        request.namespace,
+        access.verb,
+        access.resource_path(),
+        access.namespace,
     );
     if let Some(reason) = reason.filter(|r| !r.is_empty()) {
         message.push_str(": ");

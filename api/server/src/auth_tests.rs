@@ -80,7 +80,8 @@ fn access_review_for_console_is_get_on_the_subresource() {
         name: "testvm".into(),
         subresource: Subresource::Console,
     };
-    let sar = serde_json::to_value(access_review(&user, &request)).unwrap();
+    let access = Access::subresource(&request);
+    let sar = serde_json::to_value(access_review(&user, &access)).unwrap();
     assert_eq!(
         sar["spec"]["resourceAttributes"],
         serde_json::json!({
@@ -95,12 +96,60 @@ fn access_review_for_console_is_get_on_the_subresource() {
         subresource: Subresource::Stop,
         ..request.clone()
     };
-    let sar = access_review(&user, &stop);
+    let sar = access_review(&user, &Access::subresource(&stop));
     let attrs = sar.spec.resource_attributes.unwrap();
     assert_eq!(attrs.verb.as_deref(), Some("update"));
     assert_eq!(attrs.resource.as_deref(), Some("virtualmachines"));
-    let message = denial_message(&user, &request, None);
+    let message = denial_message(&user, &access, None);
     assert!(message.contains("cannot get resource \"virtualmachineinstances/console\""));
+}
+
+fn alice() -> User {
+    User {
+        name: "alice".into(),
+        groups: vec!["devs".into()],
+        extra: Default::default(),
+    }
+}
+
+#[test]
+fn access_review_for_expand_spec_is_get_on_the_vm_subresource() {
+    let request = SubresourceRequest {
+        namespace: "ns".into(),
+        name: "testvm".into(),
+        subresource: Subresource::ExpandSpec,
+    };
+    let sar =
+        serde_json::to_value(access_review(&alice(), &Access::subresource(&request))).unwrap();
+    assert_eq!(
+        sar["spec"]["resourceAttributes"],
+        serde_json::json!({
+            "namespace": "ns", "verb": "get", "group": "subresources.kubevirt.io",
+            "version": "v1", "resource": "virtualmachines",
+            "subresource": "expand-spec", "name": "testvm"
+        })
+    );
+}
+
+#[test]
+fn access_review_for_expand_vm_spec_is_update_without_subresource_or_name() {
+    let access = Access::expand_vm_spec("ns");
+    let sar = serde_json::to_value(access_review(&alice(), &access)).unwrap();
+    // No subresource and no name: KubeVirt leaves both empty, so they are absent.
+    assert_eq!(
+        sar["spec"]["resourceAttributes"],
+        serde_json::json!({
+            "namespace": "ns", "verb": "update", "group": "subresources.kubevirt.io",
+            "version": "v1", "resource": "expand-vm-spec"
+        })
+    );
+    assert_eq!(sar["spec"]["user"], "alice");
+    assert_eq!(
+        denial_message(&alice(), &access, Some("no RBAC policy matched")),
+        "expand-vm-spec.subresources.kubevirt.io is forbidden: User \"alice\" cannot update \
+         resource \"expand-vm-spec\" in API group \"subresources.kubevirt.io\" in the namespace \
+         \"ns\": no RBAC policy matched"
+    );
 }
 
 #[test]

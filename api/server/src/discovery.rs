@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     APIGroup, APIGroupList, APIResource, APIResourceList, GroupVersionForDiscovery,
 };
 
-use crate::routes::{Subresource, GROUP, VERSION};
+use crate::routes::{Subresource, EXPAND_VM_SPEC, GROUP, VERSION};
 
 fn group_version() -> String {
     format!("{GROUP}/{VERSION}")
@@ -35,27 +35,40 @@ pub fn api_group_list() -> APIGroupList {
     }
 }
 
-/// `GET /apis/subresources.kubevirt.io/v1`: one entry per subresource
-/// (`virtualmachineinstances/console`, ...), with the verb a SubjectAccessReview checks.
+/// `GET /apis/subresources.kubevirt.io/v1`: `expand-vm-spec` (first, as KubeVirt lists it),
+/// then one entry per subresource (`virtualmachineinstances/console`, ...), each with the verb
+/// a SubjectAccessReview checks.
 pub fn api_resource_list() -> APIResourceList {
-    let resources = Subresource::ALL
-        .into_iter()
-        .map(|s| APIResource {
-            name: format!("{}/{}", s.owner().resource(), s.name()),
-            namespaced: true,
-            kind: match s.owner() {
-                crate::routes::Owner::VirtualMachine => "VirtualMachine",
-                crate::routes::Owner::VirtualMachineInstance => "VirtualMachineInstance",
-            }
-            .to_string(),
-            verbs: vec![crate::auth::verb_for(&s.method()).to_string()],
-            singular_name: String::new(),
-            group: None,
-            version: None,
-            categories: None,
-            short_names: None,
-            storage_version_hash: None,
-        })
+    let expand_vm_spec = APIResource {
+        name: EXPAND_VM_SPEC.to_string(),
+        namespaced: true,
+        kind: "VirtualMachine".to_string(),
+        verbs: vec![crate::auth::verb_for(&http::Method::PUT).to_string()],
+        singular_name: String::new(),
+        group: None,
+        version: None,
+        categories: None,
+        short_names: None,
+        storage_version_hash: None,
+    };
+    let subresources = Subresource::ALL.into_iter().map(|s| APIResource {
+        name: format!("{}/{}", s.owner().resource(), s.name()),
+        namespaced: true,
+        kind: match s.owner() {
+            crate::routes::Owner::VirtualMachine => "VirtualMachine",
+            crate::routes::Owner::VirtualMachineInstance => "VirtualMachineInstance",
+        }
+        .to_string(),
+        verbs: vec![crate::auth::verb_for(&s.method()).to_string()],
+        singular_name: String::new(),
+        group: None,
+        version: None,
+        categories: None,
+        short_names: None,
+        storage_version_hash: None,
+    });
+    let resources = std::iter::once(expand_vm_spec)
+        .chain(subresources)
         .collect();
     APIResourceList {
         group_version: group_version(),
@@ -95,7 +108,17 @@ mod tests {
             .find(|r| r.name == "virtualmachines/start")
             .expect("start listed");
         assert_eq!(start.verbs, vec!["update"]);
-        assert_eq!(list.resources.len(), Subresource::ALL.len());
+        let expand_spec = list
+            .resources
+            .iter()
+            .find(|r| r.name == "virtualmachines/expand-spec")
+            .expect("expand-spec listed");
+        assert_eq!(expand_spec.verbs, vec!["get"]);
+        let expand_vm_spec = &list.resources[0];
+        assert_eq!(expand_vm_spec.name, "expand-vm-spec");
+        assert_eq!(expand_vm_spec.verbs, vec!["update"]);
+        assert!(expand_vm_spec.namespaced);
+        assert_eq!(list.resources.len(), Subresource::ALL.len() + 1);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! - [`routes`], [`discovery`]: the URL space and the discovery documents of the aggregated API.
 //! - [`auth`], [`tls`]: front-proxy authentication and SubjectAccessReview authorization.
 //! - [`vm_actions`], [`vmi_actions`]: what each subresource does.
+//! - [`expand`]: `expand-vm-spec` and `virtualmachines/{name}/expand-spec`.
 //! - [`handler_client`], [`console`], [`websocket`]: reaching virt-handler, and the console relay.
 //! - [`manifests`]: the objects that install virt-api, for the operator and the test harness.
 //! - [`options`]: the request bodies, shared with virtctl.
@@ -14,6 +15,7 @@ pub mod admission;
 pub mod auth;
 pub mod console;
 pub mod discovery;
+pub mod expand;
 pub mod handler_client;
 pub mod manifests;
 pub mod options;

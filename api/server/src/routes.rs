@@ -5,6 +5,8 @@
 //! - `/apis`, `/apis/subresources.kubevirt.io`, `/apis/subresources.kubevirt.io/v1`: discovery.
 //! - `/apis/subresources.kubevirt.io/v1/namespaces/{ns}/{virtualmachines|virtualmachineinstances}/{name}/{subresource}`:
 //!   the subresources, reached through kube-apiserver's aggregation layer.
+//! - `/apis/subresources.kubevirt.io/v1/namespaces/{ns}/expand-vm-spec`: expands a VM sent in
+//!   the body (a resource of its own, not a subresource of an object).
 //! - `/apis/subresources.kubevirt.io/v1/{version,healthz}` and `/healthz`.
 
 use http::Method;
@@ -46,6 +48,7 @@ pub enum Subresource {
     Stop,
     Restart,
     Migrate,
+    ExpandSpec,
 }
 
 impl Subresource {
@@ -61,6 +64,7 @@ impl Subresource {
             Subresource::Stop => "stop",
             Subresource::Restart => "restart",
             Subresource::Migrate => "migrate",
+            Subresource::ExpandSpec => "expand-spec",
         }
     }
 
@@ -70,7 +74,8 @@ impl Subresource {
             Subresource::Start
             | Subresource::Stop
             | Subresource::Restart
-            | Subresource::Migrate => Owner::VirtualMachine,
+            | Subresource::Migrate
+            | Subresource::ExpandSpec => Owner::VirtualMachine,
             _ => Owner::VirtualMachineInstance,
         }
     }
@@ -78,13 +83,15 @@ impl Subresource {
     /// The HTTP method the subresource is called with.
     pub fn method(self) -> Method {
         match self {
-            Subresource::Console | Subresource::GuestOsInfo => Method::GET,
+            Subresource::Console | Subresource::GuestOsInfo | Subresource::ExpandSpec => {
+                Method::GET
+            }
             _ => Method::PUT,
         }
     }
 
     /// Every subresource, for discovery.
-    pub const ALL: [Subresource; 10] = [
+    pub const ALL: [Subresource; 11] = [
         Subresource::Console,
         Subresource::Pause,
         Subresource::Unpause,
@@ -95,6 +102,7 @@ impl Subresource {
         Subresource::Stop,
         Subresource::Restart,
         Subresource::Migrate,
+        Subresource::ExpandSpec,
     ];
 
     fn parse(owner: Owner, name: &str) -> Option<Subresource> {
@@ -103,6 +111,9 @@ impl Subresource {
             .find(|s| s.owner() == owner && s.name() == name)
     }
 }
+
+/// The namespaced resource `expand-vm-spec` (`PUT` with a VirtualMachine body).
+pub const EXPAND_VM_SPEC: &str = "expand-vm-spec";
 
 /// One request to a subresource of one object.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -126,6 +137,8 @@ pub enum Route {
     Version,
     Healthz,
     Subresource(SubresourceRequest),
+    /// `PUT .../namespaces/{ns}/expand-vm-spec`, with the namespace.
+    ExpandVmSpec(String),
     /// A path under the group this server does not implement (404).
     NotFound,
     /// A known subresource called with the wrong method (405).
@@ -149,6 +162,14 @@ pub fn route(method: &Method, path: &str) -> Route {
         ["apis", g, v] if *g == GROUP && ACCEPTED_VERSIONS.contains(v) => Route::ApiResourceList,
         ["apis", g, v, "version"] if *g == GROUP && ACCEPTED_VERSIONS.contains(v) => Route::Version,
         ["apis", g, v, "healthz"] if *g == GROUP && ACCEPTED_VERSIONS.contains(v) => Route::Healthz,
+        ["apis", g, v, "namespaces", ns, resource]
+            if *g == GROUP && ACCEPTED_VERSIONS.contains(v) && *resource == EXPAND_VM_SPEC =>
+        {
+            if *method != Method::PUT {
+                return Route::MethodNotAllowed;
+            }
+            Route::ExpandVmSpec(ns.to_string())
+        }
         ["apis", g, v, "namespaces", ns, resource, name, sub]
             if *g == GROUP && ACCEPTED_VERSIONS.contains(v) =>
         {
@@ -182,6 +203,11 @@ pub fn subresource_path(namespace: &str, name: &str, subresource: Subresource) -
     )
 }
 
+/// The path of `expand-vm-spec` in a namespace.
+pub fn expand_vm_spec_path(namespace: &str) -> String {
+    format!("/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{EXPAND_VM_SPEC}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,6 +237,52 @@ mod tests {
         assert_eq!(
             subresource_path("ns", "vm", Subresource::Start),
             "/apis/subresources.kubevirt.io/v1/namespaces/ns/virtualmachines/vm/start"
+        );
+    }
+
+    #[test]
+    fn expand_paths_and_methods() {
+        let expand_spec =
+            "/apis/subresources.kubevirt.io/v1/namespaces/ns/virtualmachines/vm/expand-spec";
+        assert_eq!(
+            subresource_path("ns", "vm", Subresource::ExpandSpec),
+            expand_spec
+        );
+        assert_eq!(
+            route(&Method::GET, expand_spec),
+            Route::Subresource(SubresourceRequest {
+                namespace: "ns".into(),
+                name: "vm".into(),
+                subresource: Subresource::ExpandSpec,
+            })
+        );
+        assert_eq!(route(&Method::PUT, expand_spec), Route::MethodNotAllowed);
+        let vmi_expand_spec =
+            "/apis/subresources.kubevirt.io/v1/namespaces/ns/virtualmachineinstances/vm/expand-spec";
+        assert_eq!(route(&Method::GET, vmi_expand_spec), Route::NotFound);
+
+        let expand_vm_spec = "/apis/subresources.kubevirt.io/v1/namespaces/ns/expand-vm-spec";
+        assert_eq!(expand_vm_spec_path("ns"), expand_vm_spec);
+        assert_eq!(
+            route(&Method::PUT, expand_vm_spec),
+            Route::ExpandVmSpec("ns".into())
+        );
+        assert_eq!(
+            route(
+                &Method::PUT,
+                "/apis/subresources.kubevirt.io/v1alpha3/namespaces/ns/expand-vm-spec/"
+            ),
+            Route::ExpandVmSpec("ns".into())
+        );
+        for method in [Method::GET, Method::POST, Method::PATCH] {
+            assert_eq!(route(&method, expand_vm_spec), Route::MethodNotAllowed);
+        }
+        assert_eq!(
+            route(
+                &Method::PUT,
+                "/apis/subresources.kubevirt.io/v1/namespaces/ns/expand-other"
+            ),
+            Route::NotFound
         );
     }
 

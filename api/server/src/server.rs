@@ -3,7 +3,8 @@
 //!
 //! Admission requests and health checks need no user. Discovery and version need a verified
 //! front-proxy connection. Subresources need a verified front-proxy connection, a user in the
-//! `X-Remote-*` headers, and a SubjectAccessReview that allows the user (see [`crate::auth`]).
+//! `X-Remote-*` headers, and a SubjectAccessReview that allows the user (see [`crate::auth`]);
+//! so does `expand-vm-spec` (see [`crate::expand`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -19,12 +20,12 @@ use kube::{Api, Client};
 use tokio_rustls::TlsAcceptor;
 
 use crate::admission::{self, AdmissionConfig, Webhook};
-use crate::auth::{self, RequestHeaderConfig, User};
+use crate::auth::{self, Access, RequestHeaderConfig, User};
 use crate::handler_client::{HandlerAction, HandlerClient};
 use crate::options::{self, PauseOptions};
 use crate::routes::{self, Route, Subresource, SubresourceRequest};
 use crate::status::ApiError;
-use crate::{console, discovery, vm_actions, vmi_actions, websocket};
+use crate::{console, discovery, expand, vm_actions, vmi_actions, websocket};
 
 /// Largest request body read (AdmissionReviews of big objects included).
 const MAX_BODY: usize = 8 << 20;
@@ -208,8 +209,17 @@ async fn dispatch(
             proxied_only()?;
             let user = auth::user_from_headers(&state.request_header, request.headers())
                 .ok_or_else(|| ApiError::unauthorized("no user in the front-proxy headers"))?;
-            authorize(&state.client, &user, &sub).await?;
+            authorize(&state.client, &user, &Access::subresource(&sub)).await?;
             subresource(state, sub, request).await
+        }
+        Route::ExpandVmSpec(namespace) => {
+            proxied_only()?;
+            let user = auth::user_from_headers(&state.request_header, request.headers())
+                .ok_or_else(|| ApiError::unauthorized("no user in the front-proxy headers"))?;
+            authorize(&state.client, &user, &Access::expand_vm_spec(&namespace)).await?;
+            let body = read_body(request).await?;
+            let vm = expand::expand(expand::vm_from_body(&body, &namespace)?)?;
+            vm_response(&vm)
         }
     }
 }
@@ -230,15 +240,11 @@ fn source_text(error: &dyn std::error::Error) -> String {
     error.source().map(|s| s.to_string()).unwrap_or_default()
 }
 
-/// Asks kube-apiserver whether the user may call the subresource; 403 when not.
-pub async fn authorize(
-    client: &Client,
-    user: &User,
-    request: &SubresourceRequest,
-) -> Result<(), ApiError> {
+/// Asks kube-apiserver whether the user may have the access; 403 when not.
+pub async fn authorize(client: &Client, user: &User, access: &Access) -> Result<(), ApiError> {
     let reviews: Api<SubjectAccessReview> = Api::all(client.clone());
     let answer = reviews
-        .create(&PostParams::default(), &auth::access_review(user, request))
+        .create(&PostParams::default(), &auth::access_review(user, access))
         .await
         .map_err(|e| ApiError::from_kube("SubjectAccessReview", e))?;
     let status = answer.status.unwrap_or_default();
@@ -247,13 +253,20 @@ pub async fn authorize(
     }
     Err(ApiError::forbidden(auth::denial_message(
         user,
-        request,
+        access,
         status.reason.as_deref(),
     )))
 }
 
 fn parse<T: Default + serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     options::parse_body(body).map_err(|e| ApiError::bad_request(format!("invalid body: {e}")))
+}
+
+/// 200 with the VM as JSON.
+fn vm_response(vm: &api::vm::VirtualMachine) -> Result<Response<Body>, ApiError> {
+    serde_json::to_vec(vm)
+        .map(|b| json_response(StatusCode::OK, b))
+        .map_err(|e| ApiError::internal(format!("writing the VM: {e}")))
 }
 
 fn accepted() -> Response<Body> {
@@ -273,6 +286,10 @@ async fn subresource(
             let vmi = vmi_actions::load(client, ns, name).await?;
             let info = vmi_actions::guest_os_info(&vmi)?;
             Ok(json_response(StatusCode::OK, info.to_string().into_bytes()))
+        }
+        Subresource::ExpandSpec => {
+            let vm = expand::load(client, ns, name).await?;
+            vm_response(&expand::expand(vm)?)
         }
         Subresource::SoftReboot => {
             let vmi = vmi_actions::load(client, ns, name).await?;

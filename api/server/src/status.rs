@@ -24,6 +24,11 @@ impl ApiError {
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, message)
     }
+    /// 422 `Invalid`: the object asks for something that cannot be done, with the field path
+    /// in the message (`spec.instancetype: not supported by ferrovirt`).
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, message)
+    }
     pub fn conflict(message: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, message)
     }
@@ -58,6 +63,7 @@ impl ApiError {
             StatusCode::NOT_FOUND => "NotFound",
             StatusCode::METHOD_NOT_ALLOWED => "MethodNotAllowed",
             StatusCode::CONFLICT => "Conflict",
+            StatusCode::UNPROCESSABLE_ENTITY => "Invalid",
             _ => "InternalError",
         }
     }
@@ -89,5 +95,9 @@ mod tests {
         assert_eq!(v["reason"], "Conflict");
         assert_eq!(v["message"], "VM is not running");
         assert_eq!(v["status"], "Failure");
+        let e = ApiError::invalid("spec.instancetype: not supported by ferrovirt");
+        let v: serde_json::Value = serde_json::from_slice(&e.to_status_json()).unwrap();
+        assert_eq!(v["code"], 422);
+        assert_eq!(v["reason"], "Invalid");
     }
 }
