@@ -116,7 +116,7 @@ same restart no-such-vm
 same pause vm no-such-vm
 same unpause vmi no-such-vm
 same migrate no-such-vm
-same softreboot no-such-vm
+same soft-reboot no-such-vm
 # Wrong usage.
 same start
 same pause

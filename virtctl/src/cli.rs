@@ -96,6 +96,7 @@ pub enum Command {
     /// Cancel the migration of a virtual machine that is under way.
     MigrateCancel { name: String },
     /// Soft-reboot a virtual machine instance through its guest agent.
+    #[command(name = "soft-reboot", alias = "softreboot")]
     Softreboot { name: String },
     /// Print the guest OS information the guest agent reports.
     Guestosinfo { name: String },

@@ -92,3 +92,15 @@ fn console_and_version_are_not_single_calls() {
     assert!(Cli::try_parse_from(["virtctl", "pause", "pod", "x"]).is_err());
     assert!(Cli::try_parse_from(["virtctl", "start"]).is_err());
 }
+
+#[test]
+fn soft_reboot_is_kubevirts_name_and_softreboot_still_works() {
+    for spelling in ["soft-reboot", "softreboot"] {
+        let c = call(&[spelling, "testvmi"]);
+        assert_eq!(
+            c.path,
+            "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachineinstances/testvmi/softreboot",
+            "{spelling}"
+        );
+    }
+}

@@ -79,7 +79,13 @@ async fn run(cli: Cli) -> Result<(), String> {
 
 #[tokio::main]
 async fn main() {
-    let cli = Cli::parse();
+    // Usage errors exit 1, as KubeVirt's virtctl (cobra) does; clap's own would be 2. Help and
+    // --version still print and exit 0.
+    let cli = Cli::try_parse().unwrap_or_else(|e| {
+        let code = if e.use_stderr() { 1 } else { 0 };
+        let _ = e.print();
+        std::process::exit(code);
+    });
     if let Err(message) = run(cli).await {
         eprintln!("{message}");
         std::process::exit(1);
