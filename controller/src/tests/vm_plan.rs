@@ -4,7 +4,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::json;
 
-use crate::vm::plan::{plan, vmi_for, VmiAction};
+use crate::vm::plan::{plan, vmi_for, VmiAction, VM_GENERATION_ANNOTATION};
 
 fn now() -> Timestamp {
     "2026-11-29T12:00:00Z".parse().unwrap()
@@ -246,6 +246,21 @@ fn statuses_from_vmi_conditions() {
     let p = plan(&vm("Always"), Some(&ready), now());
     assert_eq!(p.status.ready, Some(true));
     assert_eq!(p.status.created, Some(true));
+    assert_eq!(p.status.observed_generation, Some(3));
+
+    // The VMI carries the generation it was made from; a later template change shows as
+    // desired ahead of observed until the VMI is made again.
+    let mut template_changed = vm("Always");
+    let made = vmi_for(&template_changed).unwrap();
+    assert_eq!(
+        made.metadata.annotations.as_ref().unwrap()[VM_GENERATION_ANNOTATION],
+        "3"
+    );
+    template_changed.metadata.generation = Some(4);
+    let mut running = made.clone();
+    running.status = ready.status.clone();
+    let p = plan(&template_changed, Some(&running), now());
+    assert_eq!(p.status.desired_generation, Some(4));
     assert_eq!(p.status.observed_generation, Some(3));
 
     let mut stopping = vmi(Some(VmiPhase::Running), "s");

@@ -54,8 +54,12 @@ pub fn plan(vm: &VirtualMachine, vmi: Option<&VirtualMachineInstance>, now: Time
     };
     let strategy = vm.spec.effective_run_strategy();
     status.run_strategy = strategy.map(|s| s.as_str().to_string());
-    status.observed_generation = vm.metadata.generation;
+    // As KubeVirt: desired is the VM's generation, observed the one its running VMI was made
+    // from (the VMI's `kubevirt.io/vm-generation`; a template change shows until a restart).
     status.desired_generation = vm.metadata.generation;
+    status.observed_generation = vmi
+        .and_then(vmi_generation)
+        .or(vm.metadata.generation);
 
     let vmi_phase = vmi.and_then(|v| v.status.as_ref()).and_then(|s| s.phase);
     let vmi_uid = vmi.and_then(|v| v.metadata.uid.clone());
@@ -267,6 +271,18 @@ pub fn printable_status(
     }
 }
 
+/// The annotation on a VMI with the generation of the VM it was made from.
+pub const VM_GENERATION_ANNOTATION: &str = "kubevirt.io/vm-generation";
+
+fn vmi_generation(vmi: &VirtualMachineInstance) -> Option<i64> {
+    vmi.metadata
+        .annotations
+        .as_ref()?
+        .get(VM_GENERATION_ANNOTATION)?
+        .parse()
+        .ok()
+}
+
 /// The VMI a VM runs: its template, named and owned by the VM.
 pub fn vmi_for(vm: &VirtualMachine) -> Option<VirtualMachineInstance> {
     use kube::Resource;
@@ -278,7 +294,11 @@ pub fn vmi_for(vm: &VirtualMachine) -> Option<VirtualMachineInstance> {
     let mut vmi = VirtualMachineInstance::new(&name, spec);
     vmi.metadata.namespace = vm.metadata.namespace.clone();
     vmi.metadata.labels = Some(labels);
-    vmi.metadata.annotations = template_meta.annotations;
+    let mut annotations = template_meta.annotations.unwrap_or_default();
+    if let Some(generation) = vm.metadata.generation {
+        annotations.insert(VM_GENERATION_ANNOTATION.into(), generation.to_string());
+    }
+    vmi.metadata.annotations = (!annotations.is_empty()).then_some(annotations);
     vmi.metadata.owner_references = Some(vec![
         k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
             api_version: VirtualMachine::api_version(&()).into_owned(),
