@@ -312,27 +312,37 @@ async fn subresource(
         }
         Subresource::Start | Subresource::Stop | Subresource::Restart | Subresource::Migrate => {
             let body = read_body(request).await?;
-            let (vm, vmi) = vm_actions::load(client, ns, name).await?;
-            match sub.subresource {
-                Subresource::Start => {
-                    let o: options::StartOptions = parse(&body)?;
-                    let change = vm_actions::plan_start(&vm, vmi.as_ref(), &o)?;
-                    vm_actions::apply(client, &vm, &change, &o.dry_run).await?;
-                }
-                Subresource::Stop => {
-                    let o: options::StopOptions = parse(&body)?;
-                    let change = vm_actions::plan_stop(&vm, vmi.as_ref(), &o)?;
-                    vm_actions::apply(client, &vm, &change, &o.dry_run).await?;
-                }
-                Subresource::Restart => {
-                    let o: options::RestartOptions = parse(&body)?;
-                    let change = vm_actions::plan_restart(&vm, vmi.as_ref(), &o)?;
-                    vm_actions::apply(client, &vm, &change, &o.dry_run).await?;
-                }
-                _ => {
-                    let o: options::MigrateOptions = parse(&body)?;
-                    let migration = vm_actions::plan_migration(&vm, vmi.as_ref(), &o)?;
-                    vm_actions::create_migration(client, &migration, &o.dry_run).await?;
+            // A 409 from apply is the VM's resourceVersion moving on under us (virt-controller
+            // writes its status): plan again from the VM as it is now. A 409 from planning
+            // ("VM is already running") is the answer.
+            let mut attempts = 0;
+            loop {
+                let (vm, vmi) = vm_actions::load(client, ns, name).await?;
+                let applied = match sub.subresource {
+                    Subresource::Start => {
+                        let o: options::StartOptions = parse(&body)?;
+                        let change = vm_actions::plan_start(&vm, vmi.as_ref(), &o)?;
+                        vm_actions::apply(client, &vm, &change, &o.dry_run).await
+                    }
+                    Subresource::Stop => {
+                        let o: options::StopOptions = parse(&body)?;
+                        let change = vm_actions::plan_stop(&vm, vmi.as_ref(), &o)?;
+                        vm_actions::apply(client, &vm, &change, &o.dry_run).await
+                    }
+                    Subresource::Restart => {
+                        let o: options::RestartOptions = parse(&body)?;
+                        let change = vm_actions::plan_restart(&vm, vmi.as_ref(), &o)?;
+                        vm_actions::apply(client, &vm, &change, &o.dry_run).await
+                    }
+                    _ => {
+                        let o: options::MigrateOptions = parse(&body)?;
+                        let migration = vm_actions::plan_migration(&vm, vmi.as_ref(), &o)?;
+                        vm_actions::create_migration(client, &migration, &o.dry_run).await
+                    }
+                };
+                match applied {
+                    Err(e) if e.code == StatusCode::CONFLICT && attempts < 5 => attempts += 1,
+                    other => break other?,
                 }
             }
             Ok(accepted())
