@@ -44,7 +44,8 @@ same() {
     verdict="DIFFERENT exit codes"
   elif ((a != 0)); then
     local name
-    name=$(grep -o '"[a-z0-9.-]*"' "$work/kv.out" | head -n 1)
+    # (KubeVirt's virtctl also prints JSON log lines: not those.)
+    name=$(grep -v '^{' "$work/kv.out" | grep -o '"[a-z0-9.-]*"' | head -n 1)
     if [[ -n $name ]] && ! grep -qF -- "$name" "$work/fv.out"; then
       verdict="ours does not name $name"
     fi
