@@ -57,9 +57,7 @@ pub fn plan(vm: &VirtualMachine, vmi: Option<&VirtualMachineInstance>, now: Time
     // As KubeVirt: desired is the VM's generation, observed the one its running VMI was made
     // from (the VMI's `kubevirt.io/vm-generation`; a template change shows until a restart).
     status.desired_generation = vm.metadata.generation;
-    status.observed_generation = vmi
-        .and_then(vmi_generation)
-        .or(vm.metadata.generation);
+    status.observed_generation = vmi.and_then(vmi_generation).or(vm.metadata.generation);
 
     let vmi_phase = vmi.and_then(|v| v.status.as_ref()).and_then(|s| s.phase);
     let vmi_uid = vmi.and_then(|v| v.metadata.uid.clone());
