@@ -45,6 +45,10 @@ struct Flags {
     /// The initramfs of --kernel.
     #[arg(long)]
     initramfs: Option<PathBuf>,
+    /// A VMI without an OS disk boots --kernel even without --initramfs (the project's test
+    /// guests are kernels of their own) instead of running guestless.
+    #[arg(long)]
+    no_os_disk_boots_kernel: bool,
     /// The tap device of the pod interface.
     #[arg(long, default_value = "tap0")]
     tap: String,
@@ -81,6 +85,7 @@ fn main() -> ExitCode {
         generated_disk_dir: flags.disk_dir,
         default_kernel: flags.kernel,
         default_initramfs: flags.initramfs,
+        no_os_disk_boots_kernel: flags.no_os_disk_boots_kernel,
         tap_device: flags.tap,
         pod_network: flags.pod_network,
         force_backend: match flags.backend {

@@ -59,7 +59,12 @@ async fn reset_restarts_the_counter_guest_in_place() {
         "/dev/kvm is missing: the KVM backend needs it"
     );
     let dirs = TestDirs::new("kvm-reset");
-    let mut process = LauncherProcess::start(&dirs, &counter, None, &["--backend", "kvm"]);
+    let mut process = LauncherProcess::start(
+        &dirs,
+        &counter,
+        None,
+        &["--backend", "kvm", "--no-os-disk-boots-kernel"],
+    );
     let mut client = client(&dirs).await;
     let console = ConsoleReader::connect(&dirs);
     let vmi = serde_json::json!({
@@ -135,7 +140,12 @@ async fn counter_guest_on_kvm() {
         "/dev/kvm is missing: the KVM backend needs it"
     );
     let dirs = TestDirs::new("kvm");
-    let mut process = LauncherProcess::start(&dirs, &counter, None, &["--backend", "kvm"]);
+    let mut process = LauncherProcess::start(
+        &dirs,
+        &counter,
+        None,
+        &["--backend", "kvm", "--no-os-disk-boots-kernel"],
+    );
     let mut client = client(&dirs).await;
     let console = ConsoleReader::connect(&dirs);
 

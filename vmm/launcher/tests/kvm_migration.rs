@@ -56,7 +56,12 @@ fn memtest() -> PathBuf {
 
 fn launcher(name: &str, kernel: &Path) -> (TestDirs, LauncherProcess) {
     let dirs = TestDirs::new(name);
-    let process = LauncherProcess::start(&dirs, kernel, None, &["--backend", "kvm"]);
+    let process = LauncherProcess::start(
+        &dirs,
+        kernel,
+        None,
+        &["--backend", "kvm", "--no-os-disk-boots-kernel"],
+    );
     (dirs, process)
 }
 

@@ -102,11 +102,15 @@ pub fn plan(
                 ),
             ))
         }
-        BootDiscovery::NoOsDisk { reason } if facts.default_initramfs.is_some() => Ok(bundled(
-            DEFAULT_CMDLINE.to_string(),
-            facts,
-            format!("the bundled kernel and initramfs: {reason}"),
-        )),
+        BootDiscovery::NoOsDisk { reason }
+            if facts.default_initramfs.is_some() || facts.no_os_disk_boots_kernel =>
+        {
+            Ok(bundled(
+                DEFAULT_CMDLINE.to_string(),
+                facts,
+                format!("the bundled kernel and initramfs: {reason}"),
+            ))
+        }
         BootDiscovery::NoOsDisk { reason } => Ok(BootPlan {
             payload: PayloadConfig::guestless(),
             choice: BootChoice {

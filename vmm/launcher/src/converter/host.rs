@@ -24,6 +24,9 @@ pub struct HostFacts {
     pub default_kernel: PathBuf,
     /// The initramfs shipped with `default_kernel`, if any.
     pub default_initramfs: Option<PathBuf>,
+    /// A VMI without an OS disk boots `default_kernel` (the project's test guests, which are
+    /// kernels of their own: `--no-os-disk-boots-kernel`) instead of running guestless.
+    pub no_os_disk_boots_kernel: bool,
     /// The tap device that backs the pod network interface.
     pub tap_device: String,
     /// The directory shared with virt-handler (`launcher-sock`, `console-sock`).
@@ -112,6 +115,7 @@ pub(crate) fn test_facts() -> HostFacts {
         generated_disk_dir: contract::layout::EPHEMERAL_DISK_DIR.into(),
         default_kernel: "/usr/share/ferrovirt/vmlinux".into(),
         default_initramfs: Some("/usr/share/ferrovirt/initramfs.cpio.gz".into()),
+        no_os_disk_boots_kernel: false,
         tap_device: "tap0".into(),
         socket_dir: contract::layout::LAUNCHER_SOCKET_DIR.into(),
         run_dir: "/var/run/ferrovirt".into(),

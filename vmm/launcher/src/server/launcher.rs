@@ -48,6 +48,8 @@ pub struct Settings {
     pub generated_disk_dir: PathBuf,
     pub default_kernel: PathBuf,
     pub default_initramfs: Option<PathBuf>,
+    /// `--no-os-disk-boots-kernel`: see [`HostFacts::no_os_disk_boots_kernel`].
+    pub no_os_disk_boots_kernel: bool,
     pub tap_device: String,
     /// Set up the tap, NAT and DHCP for the pod interface (needs CAP_NET_ADMIN in the Pod's
     /// network namespace).
@@ -66,6 +68,7 @@ impl Settings {
             generated_disk_dir: self.generated_disk_dir.clone(),
             default_kernel: self.default_kernel.clone(),
             default_initramfs: self.default_initramfs.clone(),
+            no_os_disk_boots_kernel: self.no_os_disk_boots_kernel,
             tap_device: self.tap_device.clone(),
             socket_dir: self.socket_dir.clone(),
             run_dir: self.run_dir.clone(),
