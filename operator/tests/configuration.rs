@@ -176,7 +176,14 @@ async fn settings_ferrovirt_cannot_honour_are_refused_with_their_paths() {
         .await
         .expect("the KubeVirt CR")
         .spec;
-    assert!(spec.certificate_rotate_strategy.is_none(), "{spec:?}");
+    // Nothing of the refused change landed. (An empty `certificateRotateStrategy: {}` may be
+    // there: a Go client's update of the CR, e.g. by KubeVirt's own test suite, writes one.)
+    assert!(
+        spec.certificate_rotate_strategy
+            .as_ref()
+            .is_none_or(|s| s.self_signed.is_none()),
+        "{spec:?}"
+    );
     let migrations = spec.configuration.and_then(|c| c.migrations);
     assert!(migrations.is_none(), "{migrations:?}");
 }
