@@ -209,6 +209,10 @@ async fn run_once(o: &Options, artifacts: &Artifacts, run: usize) -> anyhow::Res
         .arg("--kernel")
         .arg(&kernel)
         .args(["--backend", if o.kvm { "kvm" } else { "qemu" }]);
+    if o.kvm {
+        // The counter guest is a kernel of its own; the VMI has no disk to boot.
+        command.arg("--no-os-disk-boots-kernel");
+    }
     if let Some(initramfs) = &initramfs {
         command.arg("--initramfs").arg(initramfs);
     }
