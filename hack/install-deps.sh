@@ -13,6 +13,7 @@ packages=(
   socat util-linux      # the end-to-end tests read consoles from the nodes
   openssl curl          # TLS tests: certificates for virt-api and virt-handler, mutual TLS checks
   shellcheck            # hack/shellcheck.sh, a step of hack/test.sh
+  python3-minimal xz-utils  # tests/kubevirt-suite: its report and the suite's .xz binaries
 )
 
 missing=()
