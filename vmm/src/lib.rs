@@ -23,6 +23,7 @@ pub mod devices;
 pub mod lifecycle;
 pub mod loader;
 pub mod migration;
+pub mod poison;
 pub mod reset;
 pub mod vmm;
 pub mod vstate;

@@ -132,10 +132,9 @@ impl RunControl {
         }
     }
 
-    /// Locks the state. A poisoned lock (a panicking holder) still yields the state: it only
-    /// holds plain values.
+    /// Locks the state; a poisoned lock ends the process ([`crate::poison`]).
     pub fn lock(&self) -> MutexGuard<'_, RunState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock().unwrap_or_else(crate::poison::fatal)
     }
 
     /// Waits for a change, at most `timeout`.
@@ -146,13 +145,15 @@ impl RunControl {
     ) -> MutexGuard<'a, RunState> {
         match self.changed.wait_timeout(guard, timeout) {
             Ok((guard, _)) => guard,
-            Err(e) => e.into_inner().0,
+            Err(e) => crate::poison::fatal(e).0,
         }
     }
 
     /// Waits for a change.
     pub fn wait<'a>(&self, guard: MutexGuard<'a, RunState>) -> MutexGuard<'a, RunState> {
-        self.changed.wait(guard).unwrap_or_else(|e| e.into_inner())
+        self.changed
+            .wait(guard)
+            .unwrap_or_else(crate::poison::fatal)
     }
 
     pub fn notify(&self) {

@@ -160,19 +160,19 @@ impl ResetWorker {
         for transport in &self.devices.virtio {
             transport
                 .lock()
-                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or_else(crate::poison::fatal)
                 .hardware_reset();
         }
         self.devices
             .serial
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(crate::poison::fatal)
             .reset()
             .map_err(ResetError::Serial)?;
         self.devices
             .i8042
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(crate::poison::fatal)
             .reset();
         if let Some(pci) = &self.devices.pci {
             pci.acpi_pm().reset();

@@ -82,7 +82,7 @@ impl VcpuThreads {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<JoinHandle<()>>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.0.lock().unwrap_or_else(crate::poison::fatal)
     }
 
     /// Interrupts every running vCPU's `KVM_RUN`.
@@ -237,7 +237,7 @@ impl Vmm {
         self.devices
             .virtio
             .iter()
-            .filter_map(|t| t.lock().unwrap_or_else(|e| e.into_inner()).disk())
+            .filter_map(|t| t.lock().unwrap_or_else(crate::poison::fatal).disk())
     }
 
     /// Hardware reset in place: parks the vCPUs, puts devices, interrupt controllers and vCPUs
@@ -289,7 +289,7 @@ impl Vmm {
         self.devices
             .i8042
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(crate::poison::fatal)
             .ctrl_alt_del();
         log::info!("shutdown: sent ctrl-alt-del");
         ShutdownRequest::CtrlAltDel

@@ -51,11 +51,11 @@ pub(crate) struct PciMachine {
 
 impl PciMachine {
     pub fn root(&self) -> std::sync::MutexGuard<'_, PciRoot> {
-        self.root.lock().unwrap_or_else(|e| e.into_inner())
+        self.root.lock().unwrap_or_else(crate::poison::fatal)
     }
 
     pub fn acpi_pm(&self) -> std::sync::MutexGuard<'_, AcpiPm> {
-        self.acpi_pm.lock().unwrap_or_else(|e| e.into_inner())
+        self.acpi_pm.lock().unwrap_or_else(crate::poison::fatal)
     }
 }
 
@@ -179,7 +179,7 @@ pub(crate) fn build_pci(
     )
     .map_err(StartVmError::Bus)?;
     {
-        let mut root = root.lock().unwrap_or_else(|e| e.into_inner());
+        let mut root = root.lock().unwrap_or_else(crate::poison::fatal);
         root.sync_all();
         if let Some((slot, _)) = intx
             .iter()

@@ -43,7 +43,7 @@ struct SocketState {
 type SharedSocket = Arc<Mutex<SocketState>>;
 
 fn lock(socket: &SharedSocket) -> std::sync::MutexGuard<'_, SocketState> {
-    socket.lock().unwrap_or_else(|e| e.into_inner())
+    socket.lock().unwrap_or_else(crate::poison::fatal)
 }
 
 enum Input {

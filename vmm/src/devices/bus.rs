@@ -44,7 +44,7 @@ impl Bus {
             .checked_add(len)
             .filter(|_| len > 0)
             .ok_or_else(overlap)?;
-        let mut devices = self.devices.write().unwrap_or_else(|e| e.into_inner());
+        let mut devices = self.devices.write().unwrap_or_else(crate::poison::fatal);
         if let Some((prev_base, (prev_len, _))) = devices.range(..end).next_back() {
             if prev_base + prev_len > base {
                 return Err(overlap());
@@ -58,13 +58,13 @@ impl Bus {
     pub fn remove(&self, base: u64) -> bool {
         self.devices
             .write()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(crate::poison::fatal)
             .remove(&base)
             .is_some()
     }
 
     fn find(&self, addr: u64) -> Option<(u64, SharedDevice)> {
-        let devices = self.devices.read().unwrap_or_else(|e| e.into_inner());
+        let devices = self.devices.read().unwrap_or_else(crate::poison::fatal);
         let (base, (len, device)) = devices.range(..=addr).next_back()?;
         (addr - base < *len).then(|| (addr - base, device.clone()))
     }
@@ -75,7 +75,7 @@ impl Bus {
             Some((offset, device)) => {
                 device
                     .lock()
-                    .unwrap_or_else(|e| e.into_inner())
+                    .unwrap_or_else(crate::poison::fatal)
                     .read(offset, data);
                 true
             }
@@ -89,7 +89,7 @@ impl Bus {
             Some((offset, device)) => {
                 device
                     .lock()
-                    .unwrap_or_else(|e| e.into_inner())
+                    .unwrap_or_else(crate::poison::fatal)
                     .write(offset, data);
                 true
             }

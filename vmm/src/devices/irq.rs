@@ -54,7 +54,7 @@ impl GsiRouting {
 
     /// Routes `gsi` to `message`; the table is handed over only when it changed.
     pub fn set_msi(&self, gsi: u32, message: MsiMessage) {
-        let mut routes = self.routes.lock().unwrap_or_else(|e| e.into_inner());
+        let mut routes = self.routes.lock().unwrap_or_else(crate::poison::fatal);
         if routes.insert(gsi, message) == Some(message) {
             return;
         }
@@ -63,7 +63,7 @@ impl GsiRouting {
 
     /// Hands the current table over (at build, to fail early if KVM refuses routing at all).
     pub fn commit_now(&self) -> std::io::Result<()> {
-        let routes = self.routes.lock().unwrap_or_else(|e| e.into_inner());
+        let routes = self.routes.lock().unwrap_or_else(crate::poison::fatal);
         let table: Vec<_> = routes.iter().map(|(g, m)| (*g, *m)).collect();
         self.sink.set_routes(&table)
     }

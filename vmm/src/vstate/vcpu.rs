@@ -61,9 +61,10 @@ pub enum ConfigureVcpuError {
 /// A vCPU fd shared between its thread and the VMM.
 pub type SharedVcpuFd = Arc<Mutex<VcpuFd>>;
 
-/// Locks a vCPU fd; a poisoned lock (a panicked vCPU thread) still yields the fd.
+/// Locks a vCPU fd; a poisoned lock (a thread panicked holding it) ends the process
+/// ([`crate::poison`]).
 pub fn lock_vcpu(fd: &SharedVcpuFd) -> MutexGuard<'_, VcpuFd> {
-    fd.lock().unwrap_or_else(|e| e.into_inner())
+    fd.lock().unwrap_or_else(crate::poison::fatal)
 }
 
 /// One configured vCPU and what its run loop routes exits to.

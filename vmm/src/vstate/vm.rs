@@ -58,7 +58,7 @@ impl Vm {
     /// The MSRs a vCPU's saved state carries ([`migratable_msrs`]), probed on `vcpu` the first
     /// time and the same for every vCPU of the VM.
     pub fn msr_indices(&self, vcpu: &VcpuFd) -> Result<Vec<u32>, KvmStateError> {
-        let mut cached = self.msr_indices.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cached = self.msr_indices.lock().unwrap_or_else(crate::poison::fatal);
         if let Some(indices) = cached.as_ref() {
             return Ok(indices.clone());
         }

@@ -70,7 +70,7 @@ pub fn feed_input(serial: &std::sync::Mutex<SerialDevice>, mut bytes: &[u8]) {
     while !bytes.is_empty() {
         let taken = serial
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(crate::poison::fatal)
             .enqueue_input(bytes);
         bytes = &bytes[taken..];
         if taken == 0 {

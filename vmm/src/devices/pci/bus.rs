@@ -104,7 +104,7 @@ impl BusDevice for BarRegion {
 }
 
 fn lock(device: &SharedPciDevice) -> std::sync::MutexGuard<'_, dyn PciDevice + 'static> {
-    device.lock().unwrap_or_else(|e| e.into_inner())
+    device.lock().unwrap_or_else(crate::poison::fatal)
 }
 
 struct Slot {
@@ -288,7 +288,7 @@ impl PciRoot {
 }
 
 fn lock_root(root: &Mutex<PciRoot>) -> std::sync::MutexGuard<'_, PciRoot> {
-    root.lock().unwrap_or_else(|e| e.into_inner())
+    root.lock().unwrap_or_else(crate::poison::fatal)
 }
 
 /// CONFIG_ADDRESS (0xcf8) and CONFIG_DATA (0xcfc), on the port I/O bus at 0xcf8, 8 ports.

@@ -170,7 +170,7 @@ impl MsixVectors {
     }
 
     fn lock(&self) -> MutexGuard<'_, MsixState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock().unwrap_or_else(crate::poison::fatal)
     }
 
     pub fn count(&self) -> u16 {

@@ -32,14 +32,14 @@ type SharedPause = Arc<(Mutex<PauseState>, Condvar)>;
 /// Parks the worker thread while a pause is requested.
 fn park(pause: &SharedPause) {
     let (lock, changed) = &**pause;
-    let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
+    let mut state = lock.lock().unwrap_or_else(crate::poison::fatal);
     if !state.requested {
         return;
     }
     state.parked = true;
     changed.notify_all();
     while state.requested {
-        state = changed.wait(state).unwrap_or_else(|e| e.into_inner());
+        state = changed.wait(state).unwrap_or_else(crate::poison::fatal);
     }
     state.parked = false;
     changed.notify_all();
@@ -99,7 +99,7 @@ impl WorkerHandle {
     pub fn pause(&mut self) {
         let Some(thread) = &self.thread else { return };
         let (lock, changed) = &*self.pause;
-        let mut state = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = lock.lock().unwrap_or_else(crate::poison::fatal);
         state.requested = true;
         if let Err(e) = self.pause_evt.write(1) {
             warn!("worker: pause: {e}");
@@ -107,7 +107,7 @@ impl WorkerHandle {
         while !state.parked && !thread.is_finished() {
             state = match changed.wait_timeout(state, Duration::from_millis(10)) {
                 Ok((state, _)) => state,
-                Err(e) => e.into_inner().0,
+                Err(e) => crate::poison::fatal(e).0,
             };
         }
     }
@@ -115,7 +115,7 @@ impl WorkerHandle {
     /// Lets a paused thread go on.
     pub fn resume(&mut self) {
         let (lock, changed) = &*self.pause;
-        lock.lock().unwrap_or_else(|e| e.into_inner()).requested = false;
+        lock.lock().unwrap_or_else(crate::poison::fatal).requested = false;
         changed.notify_all();
     }
 

@@ -87,7 +87,7 @@ pub struct DiskHandle {
 
 impl DiskHandle {
     fn lock(&self) -> std::sync::MutexGuard<'_, Disk> {
-        self.disk.lock().unwrap_or_else(|e| e.into_inner())
+        self.disk.lock().unwrap_or_else(crate::poison::fatal)
     }
 
     /// The disk's id from the config.
@@ -192,7 +192,7 @@ impl BlockWorker {
             return;
         }
         let mut used_any = false;
-        let mut disk = self.disk.lock().unwrap_or_else(|e| e.into_inner());
+        let mut disk = self.disk.lock().unwrap_or_else(crate::poison::fatal);
         let disk = &mut *disk;
         while disk.stalled.is_none() {
             let Some(chain) = self.queue.pop_descriptor_chain(&self.mem) else {

@@ -74,7 +74,7 @@ impl NetWorker {
             let head = chain.head_index();
             match read_tx_frame(&self.mem, chain, &mut self.tx_buf) {
                 Ok(_) => {
-                    let mut tap = self.tap.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut tap = self.tap.lock().unwrap_or_else(crate::poison::fatal);
                     if let Err(e) = tap.write(&self.tx_buf) {
                         warn!("virtio-net: tap write dropped a frame: {e}");
                     }
@@ -140,7 +140,7 @@ impl NetWorker {
     fn read_tap(&mut self) -> Option<Vec<u8>> {
         let mut buf = std::mem::take(&mut self.rx_buf);
         buf.resize(MAX_FRAME_LEN, 0);
-        let mut tap = self.tap.lock().unwrap_or_else(|e| e.into_inner());
+        let mut tap = self.tap.lock().unwrap_or_else(crate::poison::fatal);
         match tap.read(&mut buf) {
             Ok(n) => {
                 buf.truncate(n);
@@ -225,7 +225,7 @@ impl VirtioDevice for Net {
             acked_features,
         } = activation.into_queues()?;
         let tap_fd = {
-            let tap = self.tap.lock().unwrap_or_else(|e| e.into_inner());
+            let tap = self.tap.lock().unwrap_or_else(crate::poison::fatal);
             tap.set_offload(tap_offloads(acked_features))
                 .map_err(|e| ActivateError::Setup(io::Error::other(e)))?;
             tap.as_raw_fd()

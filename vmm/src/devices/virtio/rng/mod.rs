@@ -95,7 +95,7 @@ struct RngWorker {
 impl RngWorker {
     fn process_queue(&mut self) {
         let mut used_any = false;
-        let mut source = self.source.lock().unwrap_or_else(|e| e.into_inner());
+        let mut source = self.source.lock().unwrap_or_else(crate::poison::fatal);
         while let Some(chain) = self.queue.pop_descriptor_chain(&self.mem) {
             if self.interrupt.is_broken() {
                 return;
