@@ -456,3 +456,6 @@ fn add_virtio_device(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod kvm_tests;
