@@ -25,6 +25,7 @@ pub mod loader;
 pub mod migration;
 pub mod poison;
 pub mod reset;
+pub mod seccomp;
 pub mod vmm;
 pub mod vstate;
 

@@ -88,6 +88,10 @@ struct Args {
     /// At exit, print how much guest memory was touched (for benchmarks).
     #[arg(long)]
     stats: bool,
+    /// Run the vCPU threads and device workers without their seccomp filters (to find out
+    /// whether a filter is what stops a guest; see vmm/src/seccomp.rs).
+    #[arg(long)]
+    no_seccomp: bool,
     /// Migration target: listen on this unix socket and restore the VM from the first
     /// connection instead of booting it.
     #[arg(long)]
@@ -237,6 +241,7 @@ fn exit_code(exit: &VmExit) -> u8 {
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let args = Args::parse();
+    vmm::seccomp::set_enabled(!args.no_seccomp);
     let capability = capability::probe();
     if args.probe {
         println!("{capability:?}");

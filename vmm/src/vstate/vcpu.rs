@@ -141,15 +141,24 @@ impl Vcpu {
         configure_boot(&lock_vcpu(&self.fd), entry)
     }
 
-    /// Starts the vCPU thread.
+    /// Starts the vCPU thread; it installs the vCPU seccomp filter ([`crate::seccomp`]) before
+    /// its first `KVM_RUN` unless the filters are off.
     pub fn spawn(self) -> std::io::Result<JoinHandle<()>> {
         register_kick_handler();
+        let filter = crate::seccomp::enabled();
         std::thread::Builder::new()
             .name(format!("vcpu{}", self.id))
-            .spawn(move || self.run())
+            .spawn(move || self.run(filter))
     }
 
-    fn run(mut self) {
+    fn run(mut self, filter: bool) {
+        if filter {
+            if let Err(e) = crate::seccomp::install(crate::seccomp::ThreadKind::Vcpu) {
+                let e = crate::migration::error_chain(&e);
+                self.control
+                    .request_exit(VmExit::Error(format!("vcpu{}: {e}", self.id)));
+            }
+        }
         while self.wait_until_runnable() {
             if let Some(exit) = self.run_once() {
                 self.control.request_exit(exit);

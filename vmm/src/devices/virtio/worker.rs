@@ -163,9 +163,22 @@ where
     for event in events {
         EventRegistry(&epoll).add(event)?;
     }
+    // Started by a filtered vCPU thread (a driver's DRIVER_OK), the worker narrows that filter
+    // to its own kind before it reads a queue.
+    let filter = crate::seccomp::current_thread_filtered().then_some(if name == "virtio-vsock" {
+        crate::seccomp::ThreadKind::VsockWorker
+    } else {
+        crate::seccomp::ThreadKind::Worker
+    });
     let thread = std::thread::Builder::new()
         .name(name.into())
         .spawn(move || {
+            if let Some(kind) = filter {
+                if let Err(e) = crate::seccomp::install(kind) {
+                    warn!("worker: {}; it stops", crate::migration::error_chain(&e));
+                    return;
+                }
+            }
             let mut ready = vec![EpollEvent::default(); capacity];
             loop {
                 let n = match epoll.wait(-1, &mut ready) {
