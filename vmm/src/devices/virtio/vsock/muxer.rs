@@ -26,6 +26,14 @@ pub const FIRST_CONNECTION_TOKEN: u64 = 16;
 const FIRST_HOST_PORT: u32 = 1 << 30;
 /// How long a host client may take to send its `CONNECT <port>` line.
 const CONNECT_LINE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Open connections at most, each a host file descriptor (Firecracker's limit): a guest
+/// REQUEST beyond it gets RST, a host client beyond it is closed.
+pub const MAX_CONNECTIONS: usize = 1023;
+/// Queued RST and CREDIT_UPDATE packets at most. A guest that sends packets the host answers
+/// (junk, credit requests) without giving receive buffers would grow the queue without end;
+/// beyond this its answers are dropped. REQUEST, RESPONSE and SHUTDOWN are bounded by the
+/// connections and always queued.
+pub const MAX_QUEUED_CONTROL: usize = 1024;
 
 /// (host port, guest port)
 type ConnKey = (u32, u32);
@@ -104,6 +112,7 @@ pub struct Muxer {
     next_host_port: u32,
     control: VecDeque<PacketHeader>,
     readable: BTreeSet<ConnKey>,
+    max_connections: usize,
 }
 
 impl Muxer {
@@ -119,7 +128,29 @@ impl Muxer {
             next_host_port: FIRST_HOST_PORT,
             control: VecDeque::new(),
             readable: BTreeSet::new(),
+            max_connections: MAX_CONNECTIONS,
         }
+    }
+
+    /// [`Muxer::new`] with another connection limit than [`MAX_CONNECTIONS`] (tests reach it
+    /// without a thousand descriptors).
+    pub fn with_max_connections(mut self, max: usize) -> Muxer {
+        self.max_connections = max;
+        self
+    }
+
+    /// Open connections.
+    pub fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Control packets waiting for the guest.
+    pub fn queued_control(&self) -> usize {
+        self.control.len()
+    }
+
+    fn full(&self) -> bool {
+        self.conns.len() >= self.max_connections
     }
 
     pub fn listener_fd(&self) -> i32 {
@@ -143,6 +174,13 @@ impl Muxer {
     }
 
     fn push_control(&mut self, key: ConnKey, op: u16) {
+        if matches!(op, OP_RST | OP_CREDIT_UPDATE) && self.control.len() >= MAX_QUEUED_CONTROL {
+            guest_warn!(
+                "vsock: {} control packets wait for receive buffers; op {op} for {key:?} dropped",
+                self.control.len()
+            );
+            return;
+        }
         let header = self.header(key, op);
         self.control.push_back(header);
     }
@@ -198,6 +236,13 @@ impl Muxer {
                     return;
                 }
             };
+            if self.full() {
+                guest_warn!(
+                    "vsock: {} connections open, the limit; a host client is closed",
+                    self.conns.len()
+                );
+                continue;
+            }
             let Some(port) = read_connect_line(&stream) else {
                 debug!("vsock: host client sent no valid CONNECT line");
                 continue;
@@ -253,6 +298,15 @@ impl Muxer {
         match op {
             OP_REQUEST => {
                 if self.conns.contains_key(&key) {
+                    self.push_control(key, OP_RST);
+                    return;
+                }
+                if self.full() {
+                    guest_warn!(
+                        "vsock: {} connections open, the limit; guest REQUEST to port {} refused",
+                        self.conns.len(),
+                        key.0
+                    );
                     self.push_control(key, OP_RST);
                     return;
                 }
@@ -331,7 +385,7 @@ impl Muxer {
             || conn.guest_send_closed
             || conn.to_host.len() + payload.len() > BUF_ALLOC as usize
         {
-            warn!("vsock: guest sent data beyond its credit or before the connection was up");
+            guest_warn!("vsock: guest sent data beyond its credit or before the connection was up");
             self.remove(key, reg);
             self.push_control(key, OP_RST);
             return;

@@ -162,13 +162,8 @@ mod muxer {
 
     #[test]
     fn guest_connection_lifecycle() {
-        let dir = std::env::temp_dir().join(format!("ferrovirt-vsock-mux-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("v.sock");
-        let listener = UnixListener::bind(&path).unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let port_listener = UnixListener::bind(format!("{}_1234", path.display())).unwrap();
+        let dir = scratch("mux");
+        let (path, listener, port_listener) = bound(&dir);
         let epoll = Epoll::new().unwrap();
         let reg = EventRegistry::new(&epoll);
         let mut mux = Muxer::new(3, &path, listener);
@@ -229,13 +224,19 @@ mod muxer {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    /// A connection to guest port 1234 from host port 5000, established; returns the muxer,
-    /// the host's end and the registry's epoll (kept alive).
-    fn established(dir: &std::path::Path) -> (Muxer, std::os::unix::net::UnixStream, Epoll) {
+    /// The VMM's vsock socket in `dir` (non-blocking) and a host service listening on port 1234.
+    fn bound(dir: &std::path::Path) -> (std::path::PathBuf, UnixListener, UnixListener) {
         let path = dir.join("v.sock");
         let listener = UnixListener::bind(&path).unwrap();
         listener.set_nonblocking(true).unwrap();
         let port_listener = UnixListener::bind(format!("{}_1234", path.display())).unwrap();
+        (path, listener, port_listener)
+    }
+
+    /// A connection to guest port 1234 from host port 5000, established; returns the muxer,
+    /// the host's end and the registry's epoll (kept alive).
+    fn established(dir: &std::path::Path) -> (Muxer, std::os::unix::net::UnixStream, Epoll) {
+        let (path, listener, port_listener) = bound(dir);
         let epoll = Epoll::new().unwrap();
         let mut mux = Muxer::new(3, &path, listener);
         {
@@ -263,6 +264,84 @@ mod muxer {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    #[test]
+    fn neither_the_guest_nor_host_clients_open_more_connections_than_the_limit() {
+        use crate::devices::virtio::vsock::muxer::MAX_CONNECTIONS;
+        assert_eq!(MAX_CONNECTIONS, 1023, "Firecracker's limit");
+        let dir = scratch("limit");
+        let (path, listener, port_listener) = bound(&dir);
+        let epoll = Epoll::new().unwrap();
+        let reg = EventRegistry::new(&epoll);
+        let mut mux = Muxer::new(3, &path, listener).with_max_connections(2);
+        let mut ops = Vec::new();
+        for src_port in 5000..5005 {
+            mux.handle_guest_packet(&guest(OP_REQUEST, src_port, 1234, 0, 4096), &[], &reg);
+            let (reply, _) = mux.next_rx_packet(4096, &reg).unwrap();
+            ops.push((reply.op, reply.dst_port));
+        }
+        assert_eq!(
+            ops,
+            [
+                (OP_RESPONSE, 5000),
+                (OP_RESPONSE, 5001),
+                (OP_RST, 5002),
+                (OP_RST, 5003),
+                (OP_RST, 5004)
+            ]
+        );
+        assert_eq!(mux.connections(), 2);
+        // Only the two connections reached the host.
+        port_listener.set_nonblocking(true).unwrap();
+        assert!(port_listener.accept().is_ok() && port_listener.accept().is_ok());
+        assert!(port_listener.accept().is_err());
+
+        // A host client while the table is full is closed without a REQUEST to the guest.
+        let mut client = std::os::unix::net::UnixStream::connect(&path).unwrap();
+        client.write_all(b"CONNECT 1234\n").unwrap();
+        mux.accept(&reg);
+        assert!(mux.next_rx_packet(4096, &reg).is_none());
+        // Closed with its CONNECT line unread: the client reads a reset (or EOF).
+        let mut rest = Vec::new();
+        match client.read_to_end(&mut rest) {
+            Ok(0) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            other => panic!("the host client was not closed: {other:?} {rest:?}"),
+        }
+
+        // One closed by the guest makes room again.
+        mux.handle_guest_packet(&guest(OP_RST, 5000, 1234, 0, 4096), &[], &reg);
+        mux.handle_guest_packet(&guest(OP_REQUEST, 5010, 1234, 0, 4096), &[], &reg);
+        assert_eq!(
+            { mux.next_rx_packet(4096, &reg).unwrap().0.op },
+            OP_RESPONSE
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_guest_that_gives_no_receive_buffers_cannot_grow_the_control_queue() {
+        use crate::devices::virtio::vsock::muxer::MAX_QUEUED_CONTROL;
+        let dir = scratch("flood");
+        let (path, listener, _port_listener) = bound(&dir);
+        let epoll = Epoll::new().unwrap();
+        let reg = EventRegistry::new(&epoll);
+        let mut mux = Muxer::new(3, &path, listener);
+        // Junk the host answers with RST, and never a receive buffer to take the answers.
+        for port in 0..5 * MAX_QUEUED_CONTROL as u32 {
+            mux.handle_guest_packet(&guest(OP_RW, port, 4321, 0, 4096), &[], &reg);
+        }
+        assert_eq!(mux.queued_control(), MAX_QUEUED_CONTROL);
+        // A real connection is still answered.
+        mux.handle_guest_packet(&guest(OP_REQUEST, 9000, 1234, 0, 4096), &[], &reg);
+        assert_eq!(mux.queued_control(), MAX_QUEUED_CONTROL + 1);
+        let mut last = None;
+        while let Some((header, _)) = mux.next_rx_packet(4096, &reg) {
+            last = Some(header.op);
+        }
+        assert_eq!(last, Some(OP_RESPONSE));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
