@@ -11,7 +11,6 @@
 use std::sync::Arc;
 
 use crate::vstate::memory::GuestMemoryMmap;
-use log::warn;
 use virtio_queue::{Queue, QueueT};
 use vmm_sys_util::eventfd::EventFd;
 
@@ -166,7 +165,7 @@ impl MmioTransport {
             REG_QUEUE_NOTIFY => core.notify(value),
             REG_INTERRUPT_ACK => core.interrupt().ack(value),
             REG_STATUS => core.set_status(value),
-            _ => warn!("virtio-mmio: write to unknown register {offset:#x}"),
+            _ => guest_warn!("virtio-mmio: write to unknown register {offset:#x}"),
         }
     }
 
@@ -213,19 +212,21 @@ impl BusDevice for MmioTransport {
         if data.len() == 4 {
             data.copy_from_slice(&self.read_register(offset).to_le_bytes());
         } else {
-            warn!("virtio-mmio: register read of width other than 4 at {offset:#x}");
+            guest_warn!("virtio-mmio: register read of width other than 4 at {offset:#x}");
             data.fill(0);
         }
     }
 
     fn write(&mut self, offset: u64, data: &[u8]) {
         if offset >= CONFIG_SPACE {
-            warn!("virtio-mmio: config space is read-only");
+            guest_warn!("virtio-mmio: config space is read-only");
             return;
         }
         match <[u8; 4]>::try_from(data) {
             Ok(word) => self.write_register(offset, u32::from_le_bytes(word)),
-            Err(_) => warn!("virtio-mmio: register write of width other than 4 at {offset:#x}"),
+            Err(_) => {
+                guest_warn!("virtio-mmio: register write of width other than 4 at {offset:#x}")
+            }
         }
     }
 }

@@ -76,7 +76,7 @@ impl NetWorker {
                 Ok(_) => {
                     let mut tap = self.tap.lock().unwrap_or_else(crate::poison::fatal);
                     if let Err(e) = tap.write(&self.tx_buf) {
-                        warn!("virtio-net: tap write dropped a frame: {e}");
+                        guest_warn!("virtio-net: tap write dropped a frame: {e}");
                     }
                 }
                 Err(e) => return self.broken("bad TX chain", &e),
@@ -114,7 +114,7 @@ impl NetWorker {
             let len = match write_rx_frame(&self.mem, chain, &frame) {
                 Ok(RxOutcome::Delivered(len)) => len,
                 Ok(RxOutcome::Dropped) => {
-                    warn!(
+                    guest_warn!(
                         "virtio-net: frame of {} bytes does not fit the RX buffer; dropped",
                         frame.len()
                     );
