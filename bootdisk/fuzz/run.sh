@@ -24,7 +24,7 @@ for target in partition_table ext4 vfat qcow2 grub_cfg bls extlinux find_boot; d
     # No sanitizer: the code under test is safe Rust; libFuzzer still finds panics and hangs.
     if cargo +nightly fuzz run --sanitizer none "$target" "corpus/$target" -- \
         -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 >"fuzz-$target.log" 2>&1; then
-        echo "fuzz $target: ok ($(grep -o 'Done [0-9]* runs' "fuzz-$target.log" | tail -1))"
+        echo "fuzz $target: ok ($(grep -o 'Done [0-9]* runs in [0-9]* second(s)' "fuzz-$target.log" | tail -1), corpus of $(find "corpus/$target" -type f | wc -l) inputs)"
         passed=$((passed + 1))
     else
         echo "fuzz $target: FAILED"

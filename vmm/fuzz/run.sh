@@ -1,5 +1,7 @@
 #!/bin/sh
-# Runs each fuzz target for a bounded time (default 30 s each) and fails if any finds a crash.
+# Runs each fuzz target for a bounded time (default 30 s each) from its corpus in corpus/
+# (committed: what earlier runs found, minimized with `cargo fuzz cmin`) and fails if any finds
+# a crash.
 # Needs the nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz`).
 # Usage: vmm/fuzz/run.sh [SECONDS_PER_TARGET]
 set -eu
@@ -20,7 +22,7 @@ for target in blk_request net_tx net_rx vsock_tx pci_access; do
     # No sanitizer: the code under test is safe Rust; libFuzzer still finds panics and hangs.
     if cargo +nightly fuzz run --sanitizer none "$target" "corpus/$target" -- \
         -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 >"fuzz-$target.log" 2>&1; then
-        echo "fuzz $target: ok ($(grep -o 'Done [0-9]* runs' "fuzz-$target.log" | tail -1))"
+        echo "fuzz $target: ok ($(grep -o 'Done [0-9]* runs in [0-9]* second(s)' "fuzz-$target.log" | tail -1), corpus of $(find "corpus/$target" -type f | wc -l) inputs)"
         passed=$((passed + 1))
     else
         echo "fuzz $target: FAILED"
