@@ -51,7 +51,8 @@ small_image() {
   "$CLUSTER" build-binary-image "registry:5000/ferrovirt/$1:$TAG" "$TARGET/$1" "${marker_files[@]}" >&2
 }
 
-launcher_packages=(qemu-system-x86 qemu-utils iproute2 iptables genisoimage dosfstools mtools busybox-static e2fsprogs)
+# ovmf: the UEFI firmware of firmware.bootloader.efi (SeaBIOS comes with qemu-system-x86).
+launcher_packages=(qemu-system-x86 ovmf qemu-utils iproute2 iptables genisoimage dosfstools mtools busybox-static e2fsprogs)
 launcher_base() {
   local key dir
   key=$(printf '%s\n' "${launcher_packages[@]}" | sha256sum | cut -c1-12)

@@ -9,6 +9,9 @@ packages=(
   qemu-system-x86 qemu-utils  # the TCG backend, qcow2 containerDisks, the QEMU side of the benchmarks
   iproute2 iptables    # launcher networking tests (netns, tap, NAT)
   e2fsprogs dosfstools mtools genisoimage xorriso  # disk images and cloud-init disks
+  mmdebstrap fdisk      # guest-images/debian-cloud/build.sh: the Debian cloud image, its GPT
+  grub-pc-bin grub-efi-amd64-bin  # ... and its boot loaders (BIOS core image, BOOTX64.EFI)
+  ovmf                  # the launcher's UEFI firmware (firmware.bootloader.efi), tests/firmware_boot.rs
   busybox-static        # the launcher's network test (nc in the client namespace)
   socat util-linux      # the end-to-end tests read consoles from the nodes
   openssl curl          # TLS tests: certificates for virt-api and virt-handler, mutual TLS checks

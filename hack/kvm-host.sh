@@ -99,6 +99,16 @@ build_l1() {
     echo "$dir"
     return
   fi
+  # Nested tests run side by side and all start here on a fresh machine: one builds, the others
+  # wait for it (the lock goes with this subshell) and then find the L1 ready.
+  mkdir -p "$cache"
+  local lock
+  exec {lock}>"$cache/.build.lock"
+  flock "$lock"
+  if [[ -e $dir/ready ]]; then
+    echo "$dir"
+    return
+  fi
   echo "kvm-host: building the L1 ($pkg $version) into $dir" >&2
   rm -rf "$dir" "$dir.tmp"
   mkdir -p "$dir.tmp/deb" "$dir.tmp/root"

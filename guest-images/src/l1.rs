@@ -164,6 +164,16 @@ impl L1Run {
     }
 }
 
+/// How many L1s a nested test gets when the L1 machine dies under it ([`l1_died`]).
+const L1_ATTEMPTS: u32 = 3;
+
+/// Whether the L1 machine died under the command (exit status 125 with hack/kvm-host.sh's
+/// "ended ... without an exit status": its kernel panicked, or it reset, which QEMU's
+/// `-no-reboot` turns into an exit), as opposed to the command failing or the deadline passing.
+fn l1_died(out: &L1Output) -> bool {
+    out.status == 125 && out.output.contains("without an exit status")
+}
+
 /// The last `n` lines of `text`.
 pub fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
@@ -176,34 +186,65 @@ pub fn tail(text: &str, n: usize) -> String {
 /// [`IN_L1_ENV`] set, prints what it printed and panics unless it passed; inside the L1 it runs
 /// `body`. `files` are what the body needs (the binaries it starts, the guest images).
 pub fn nested_test(name: &str, files: &[PathBuf], timeout: Duration, body: impl FnOnce()) {
+    nested_test_in(name, files, 3072, timeout, body)
+}
+
+/// [`nested_test`] in an L1 of `memory_mib`: the files are copied into the L1's memory, so a
+/// test that brings a whole disk image needs room for it and for the copies it makes.
+pub fn nested_test_in(
+    name: &str,
+    files: &[PathBuf],
+    memory_mib: u32,
+    timeout: Duration,
+    body: impl FnOnce(),
+) {
     if in_l1() {
         body();
         return;
     }
     let exe = std::env::current_exe().expect("the test binary knows its own path");
-    let mut run = L1Run::new([
-        exe.display().to_string(),
-        "--exact".into(),
-        name.into(),
-        "--nocapture".into(),
-        "--test-threads".into(),
-        "1".into(),
-    ])
-    .file(&exe)
-    .env(IN_L1_ENV, 1)
-    .env("RUST_BACKTRACE", 1)
-    .timeout(timeout);
-    for f in files {
-        run = run.file(f);
+    let run = || {
+        let mut run = L1Run::new([
+            exe.display().to_string(),
+            "--exact".into(),
+            name.into(),
+            "--nocapture".into(),
+            "--test-threads".into(),
+            "1".into(),
+        ])
+        .file(&exe)
+        .env(IN_L1_ENV, 1)
+        .env("RUST_BACKTRACE", 1)
+        .memory_mib(memory_mib)
+        .timeout(timeout);
+        for f in files {
+            run = run.file(f);
+        }
+        let out = run
+            .run()
+            .unwrap_or_else(|e| panic!("nested test {name}: {e}"));
+        println!(
+            "--- {name} inside the L1 ({:.1} s) ---\n{}",
+            out.took.as_secs_f64(),
+            out.output
+        );
+        out
+    };
+    let mut out = run();
+    // The L1 machine itself (Debian's kernel with kvm_amd on QEMU TCG's emulated SVM) can die
+    // under a test: its kernel overflows its stack in a page fault during KVM_RUN, or it resets.
+    // That is the test machinery failing, not the test: it gets a fresh L1, at most
+    // L1_ATTEMPTS in all, each death printed with its console above.
+    for attempt in 2..=L1_ATTEMPTS {
+        if !l1_died(&out) {
+            break;
+        }
+        println!(
+            "nested test {name}: the L1 machine died before the test ended (its console is \
+             above); attempt {attempt} of {L1_ATTEMPTS} in a fresh L1"
+        );
+        out = run();
     }
-    let out = run
-        .run()
-        .unwrap_or_else(|e| panic!("nested test {name}: {e}"));
-    println!(
-        "--- {name} inside the L1 ({:.1} s) ---\n{}",
-        out.took.as_secs_f64(),
-        out.output
-    );
     assert_eq!(
         out.status,
         0,
@@ -217,4 +258,34 @@ pub fn nested_test(name: &str, files: &[PathBuf], timeout: Duration, body: impl 
         "nested test {name}: the L1 did not run exactly that test:\n{}",
         tail(&out.output, 40)
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn output(status: i32, output: &str) -> L1Output {
+        L1Output {
+            status,
+            output: output.into(),
+            took: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn only_an_l1_that_died_under_its_command_is_retried() {
+        let ended = "kvm-host: the L1 ended after 59s without an exit status; QEMU said:";
+        let panic = format!("[ 56.8] Kernel panic - not syncing: Fatal exception\n{ended}");
+        assert!(l1_died(&output(125, &panic)));
+        // A silent reset ends the L1 the same way.
+        assert!(l1_died(&output(125, ended)));
+        // The command ran and failed: a guest's panic on the console is the test's business.
+        assert!(!l1_died(&output(101, &panic)));
+        // The L1 could not start the command, or the deadline passed.
+        assert!(!l1_died(&output(
+            125,
+            "kvm-host: the L1 failed before the command ran"
+        )));
+        assert!(!l1_died(&output(124, "kvm-host: deadline of 600s passed")));
+    }
 }

@@ -1,13 +1,24 @@
-//! `nested-boot`: Linux boot on Ferrovirt's VMM against `qemu-system-x86_64 -M microvm -accel
-//! kvm`, side by side on one host with hardware KVM (run by `bench/nested-boot.sh` inside the L1
-//! of `hack/kvm-host.sh`, whose timings are nested and so only comparable with each other).
+//! `nested-boot`: Linux boot on Ferrovirt's VMM against QEMU with KVM, side by side on one host
+//! with hardware KVM (run by `guest-images/bench-nested-boot.sh` inside the L1 of
+//! `hack/kvm-host.sh`, whose timings are nested and so only comparable with each other).
 //!
-//! Both boot the same kernel, initramfs, command line and memory, alternately, `--runs` times
-//! each. For every run it measures the time from spawning the process to the ready marker on
-//! the serial port (a file both write) and the process's peak RSS (`VmHWM`) at that moment,
-//! then kills it. It prints every run, the medians with the ratio, and a per-phase table
-//! from the guest kernel's own timestamps (medians per backend), so a phase where the guest
-//! waits on one backend's devices stands out.
+//! Two profiles:
+//! - our kernel and initramfs: the VMM's microVM against `qemu -M microvm,acpi=off`, to the
+//!   ready marker;
+//! - `--disk`: a distribution's kernel, initramfs and disk (its root, `--cmdline`): the VMM's PCI
+//!   machine against `qemu -M q35` with the same kernel, initramfs and disk (direct kernel boot),
+//!   and with `--firmware` also `qemu -M q35` booting the disk through SeaBIOS and the disk's own
+//!   grub, to the login prompt. Every boot gets a fresh copy of the disk.
+//!
+//! The backends boot alternately, `--runs` times each. For every run it measures the time from
+//! spawning the process to the marker on the serial port (a file all write) and the process's
+//! peak RSS (`VmHWM`) at that moment, then kills it. It prints every run, the medians with the
+//! ratios against our VMM, and two per-phase tables (medians per backend), so a phase where the
+//! guest waits on one backend's devices stands out: one from the guest kernel's own timestamps,
+//! and one from the host's clock, when each milestone's line reached the serial port. The
+//! guest's clock starts wherever its kernel starts it, differently on each backend; the host's
+//! is one for all and also sees the process start and the firmware before the kernel's first
+//! line.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -16,10 +27,11 @@ use std::time::{Duration, Instant};
 use guest_images::median;
 
 const READY_MARKER: &str = "FERROVIRT-GUEST-READY";
-const DEADLINE: Duration = Duration::from_secs(180);
+const DEADLINE: Duration = Duration::from_secs(600);
 
-/// Kernel log lines that start a phase, in boot order, with the phase's name.
-const MILESTONES: [(&str, &str); 6] = [
+/// Kernel log lines that start a phase, in boot order, with the phase's name: our kernel and
+/// initramfs on the microVMs.
+const MICROVM_MILESTONES: [(&str, &str); 6] = [
     ("Console: colour", "early boot to console setup"),
     (
         "printk: console [ttyS0] enabled",
@@ -31,15 +43,33 @@ const MILESTONES: [(&str, &str); 6] = [
     (READY_MARKER, "/init to the ready marker"),
 ];
 
+/// The same for a distribution's boot from a disk (`--disk`): kernel, initramfs, the root's
+/// init (systemd's banner), the login prompt.
+const OS_MILESTONES: [(&str, &str); 4] = [
+    ("Linux version", "to the kernel's first line"),
+    ("Run /init as init process", "kernel to its initramfs"),
+    ("Welcome to", "initramfs to the root's init"),
+    ("login:", "init to the login prompt"),
+];
+
 struct Args {
     vmm: PathBuf,
     qemu: PathBuf,
     kernel: PathBuf,
     initramfs: PathBuf,
+    /// A distribution's disk: boot it on PCI machines to its login prompt (`OS_MILESTONES`).
+    disk: Option<PathBuf>,
+    /// With `--disk`: also boot the disk through QEMU's firmware (SeaBIOS) and its own grub.
+    firmware: bool,
+    cmdline: Option<String>,
     memory_mib: u32,
     runs: usize,
     work: PathBuf,
 }
+
+const USAGE: &str = "usage: nested-boot --kernel KERNEL --initramfs INITRAMFS [--disk IMAGE \
+    [--firmware]] [--cmdline CMDLINE] [--vmm PATH] [--qemu PATH] [--memory MIB] [--runs N] \
+    [--work DIR]";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
@@ -47,6 +77,9 @@ fn parse_args() -> Result<Args, String> {
         qemu: PathBuf::from("qemu-system-x86_64"),
         kernel: PathBuf::new(),
         initramfs: PathBuf::new(),
+        disk: None,
+        firmware: false,
+        cmdline: None,
         memory_mib: 256,
         runs: 5,
         work: std::env::temp_dir().join("nested-boot"),
@@ -59,75 +92,128 @@ fn parse_args() -> Result<Args, String> {
             "--qemu" => args.qemu = value()?.into(),
             "--kernel" => args.kernel = value()?.into(),
             "--initramfs" => args.initramfs = value()?.into(),
+            "--disk" => args.disk = Some(value()?.into()),
+            "--firmware" => args.firmware = true,
+            "--cmdline" => args.cmdline = Some(value()?),
             "--memory" => {
                 args.memory_mib = value()?.parse().map_err(|e| format!("--memory: {e}"))?
             }
             "--runs" => args.runs = value()?.parse().map_err(|e| format!("--runs: {e}"))?,
             "--work" => args.work = value()?.into(),
-            _ => return Err(format!("unknown argument {flag}")),
+            _ => return Err(format!("unknown argument {flag}\n{USAGE}")),
         }
     }
     if args.kernel.as_os_str().is_empty() || args.initramfs.as_os_str().is_empty() {
-        return Err(
-            "usage: nested-boot --kernel VMLINUX --initramfs INITRAMFS [--vmm PATH] \
-                    [--qemu PATH] [--memory MIB] [--runs N] [--work DIR]"
-                .into(),
-        );
+        return Err(USAGE.into());
+    }
+    if args.firmware && args.disk.is_none() {
+        return Err(format!("--firmware boots a --disk\n{USAGE}"));
     }
     Ok(args)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Backend {
+    /// Our VMM's microVM (virtio-mmio, no ACPI), as for Ferrovirt's own kernel.
     Vmm,
-    Qemu,
+    /// `qemu -M microvm,acpi=off`, its peer.
+    QemuMicrovm,
+    /// Our VMM's PCI machine (virtio-pci with MSI-X, ACPI), as for a kernel from the user's disk.
+    VmmPci,
+    /// `qemu -M q35`, the same kernel, initramfs and disk (direct kernel boot).
+    QemuQ35,
+    /// `qemu -M q35` booting the disk through SeaBIOS and the disk's own grub.
+    QemuQ35Firmware,
 }
 
 impl Backend {
     fn name(self) -> &'static str {
         match self {
             Backend::Vmm => "ferrovirt vmm",
-            Backend::Qemu => "qemu microvm -accel kvm",
+            Backend::QemuMicrovm => "qemu microvm -accel kvm",
+            Backend::VmmPci => "ferrovirt vmm, PCI machine",
+            Backend::QemuQ35 => "qemu q35 -accel kvm, -kernel",
+            Backend::QemuQ35Firmware => "qemu q35 -accel kvm, SeaBIOS + grub",
+        }
+    }
+
+    fn file_stem(self) -> &'static str {
+        match self {
+            Backend::Vmm => "vmm",
+            Backend::QemuMicrovm => "qemu",
+            Backend::VmmPci => "vmm-pci",
+            Backend::QemuQ35 => "qemu-q35",
+            Backend::QemuQ35Firmware => "qemu-q35-firmware",
         }
     }
 }
 
-const CMDLINE: &str = "console=ttyS0 panic=-1 root=ram";
+const MICROVM_CMDLINE: &str = "console=ttyS0 panic=-1 root=ram";
 
-fn spawn(backend: Backend, args: &Args, serial: &Path) -> std::io::Result<Child> {
+/// The QEMU options every QEMU backend shares.
+fn qemu_common(c: &mut Command, args: &Args, serial: &Path) {
+    c.args(["-accel", "kvm", "-cpu", "host"])
+        .args(["-m", &args.memory_mib.to_string(), "-smp", "1"])
+        .args([
+            "-nodefaults",
+            "-no-user-config",
+            "-display",
+            "none",
+            "-no-reboot",
+        ])
+        .arg("-serial")
+        .arg(format!("file:{}", serial.display()));
+}
+
+fn spawn(
+    backend: Backend,
+    args: &Args,
+    serial: &Path,
+    disk: Option<&Path>,
+) -> std::io::Result<Child> {
+    let cmdline = args.cmdline.as_deref().unwrap_or(MICROVM_CMDLINE);
     let mut cmd = match backend {
-        Backend::Vmm => {
+        Backend::Vmm | Backend::VmmPci => {
             let mut c = Command::new(&args.vmm);
             c.arg("--kernel")
                 .arg(&args.kernel)
                 .arg("--initramfs")
                 .arg(&args.initramfs)
-                .args(["--cmdline", CMDLINE])
+                .args(["--cmdline", cmdline])
                 .args(["--memory", &args.memory_mib.to_string()])
-                // Our kernel has virtio-mmio and no virtio-pci driver.
-                .args(["--transport", "mmio"])
                 .arg("--serial")
                 .arg(format!("file:{}", serial.display()));
+            if backend == Backend::Vmm {
+                // Our kernel has virtio-mmio and no virtio-pci driver.
+                c.args(["--transport", "mmio"]);
+            } else {
+                c.args(["--transport", "pci"]);
+            }
+            if let Some(disk) = disk {
+                c.arg("--disk").arg(disk);
+            }
             c
         }
-        Backend::Qemu => {
+        Backend::QemuMicrovm | Backend::QemuQ35 | Backend::QemuQ35Firmware => {
             let mut c = Command::new(&args.qemu);
-            c.args(["-M", "microvm,acpi=off", "-accel", "kvm", "-cpu", "host"])
-                .args(["-m", &args.memory_mib.to_string(), "-smp", "1"])
-                .args([
-                    "-nodefaults",
-                    "-no-user-config",
-                    "-display",
-                    "none",
-                    "-no-reboot",
-                ])
-                .arg("-kernel")
-                .arg(&args.kernel)
-                .arg("-initrd")
-                .arg(&args.initramfs)
-                .args(["-append", CMDLINE])
-                .arg("-serial")
-                .arg(format!("file:{}", serial.display()));
+            if backend == Backend::QemuMicrovm {
+                c.args(["-M", "microvm,acpi=off"]);
+            } else {
+                c.args(["-M", "q35"]);
+            }
+            qemu_common(&mut c, args, serial);
+            if backend != Backend::QemuQ35Firmware {
+                c.arg("-kernel")
+                    .arg(&args.kernel)
+                    .arg("-initrd")
+                    .arg(&args.initramfs)
+                    .args(["-append", cmdline]);
+            }
+            if let Some(disk) = disk {
+                c.arg("-drive")
+                    .arg(format!("file={},format=raw,if=none,id=d0", disk.display()))
+                    .args(["-device", "virtio-blk-pci,drive=d0"]);
+            }
             c
         }
     };
@@ -153,6 +239,10 @@ struct Run {
     peak_rss_kib: u64,
     /// Guest kernel timestamp (s) of each milestone, when it was seen.
     milestones: Vec<Option<f64>>,
+    /// Host time from the spawn to the first serial byte, then to each milestone's arrival on
+    /// the serial port (the file is polled every 5 ms): one clock for both backends, unlike the
+    /// guest's timestamps, whose zero is wherever each guest kernel's clock started.
+    arrivals: Vec<Option<Duration>>,
 }
 
 /// The kernel timestamp of a line `[  1.234567] ...`.
@@ -181,21 +271,42 @@ fn longest_gaps(log: &str, n: usize) -> Vec<(f64, String, String)> {
     gaps
 }
 
-fn run_once(backend: Backend, args: &Args, n: usize) -> Result<Run, String> {
-    let serial = args.work.join(format!(
-        "{}-{n}.log",
-        if backend == Backend::Vmm {
-            "vmm"
-        } else {
-            "qemu"
-        }
-    ));
+/// Boots once on `backend` up to the last of `milestones` (the marker) and kills it.
+fn run_once(
+    backend: Backend,
+    args: &Args,
+    milestones: &[(&str, &str)],
+    n: usize,
+) -> Result<Run, String> {
+    let serial = args.work.join(format!("{}-{n}.log", backend.file_stem()));
     let _ = std::fs::remove_file(&serial);
+    // The guest writes its disk (a journal, a random seed): every boot gets a fresh copy.
+    let disk = match &args.disk {
+        Some(source) => {
+            let copy = args.work.join(format!("{}-{n}.img", backend.file_stem()));
+            std::fs::copy(source, &copy)
+                .map_err(|e| format!("copy {} to {}: {e}", source.display(), copy.display()))?;
+            Some(copy)
+        }
+        None => None,
+    };
+    let marker = milestones.last().map_or(READY_MARKER, |m| m.0);
     let started = Instant::now();
-    let mut child = spawn(backend, args, &serial).map_err(|e| format!("spawn: {e}"))?;
+    let mut child =
+        spawn(backend, args, &serial, disk.as_deref()).map_err(|e| format!("spawn: {e}"))?;
+    let mut arrivals: Vec<Option<Duration>> = vec![None; milestones.len() + 1];
     let result = loop {
         let log = std::fs::read_to_string(&serial).unwrap_or_default();
-        if log.contains(READY_MARKER) {
+        let now = started.elapsed();
+        if !log.is_empty() {
+            arrivals[0].get_or_insert(now);
+        }
+        for (k, (needle, _)) in milestones.iter().enumerate() {
+            if arrivals[k + 1].is_none() && log.contains(needle) {
+                arrivals[k + 1] = Some(now);
+            }
+        }
+        if log.contains(marker) {
             let to_marker = started.elapsed();
             let peak_rss_kib = peak_rss_kib(child.id()).unwrap_or(0);
             break Ok((to_marker, peak_rss_kib));
@@ -206,13 +317,13 @@ fn run_once(backend: Backend, args: &Args, n: usize) -> Result<Run, String> {
                 let _ = std::io::Read::read_to_string(&mut e, &mut err);
             }
             break Err(format!(
-                "exited with {status} before the marker: {err}\nserial tail:\n{}",
+                "exited with {status} before {marker:?}: {err}\nserial tail:\n{}",
                 tail(&log)
             ));
         }
         if started.elapsed() > DEADLINE {
             break Err(format!(
-                "no marker within {DEADLINE:?}; serial tail:\n{}",
+                "no {marker:?} within {DEADLINE:?}; serial tail:\n{}",
                 tail(&log)
             ));
         }
@@ -220,9 +331,12 @@ fn run_once(backend: Backend, args: &Args, n: usize) -> Result<Run, String> {
     };
     let _ = child.kill();
     let _ = child.wait();
+    if let Some(disk) = &disk {
+        let _ = std::fs::remove_file(disk);
+    }
     let (to_marker, peak_rss_kib) = result?;
     let log = std::fs::read_to_string(&serial).unwrap_or_default();
-    let milestones = MILESTONES
+    let milestones = milestones
         .iter()
         .map(|(needle, _)| timestamp_of(&log, needle))
         .collect();
@@ -231,7 +345,54 @@ fn run_once(backend: Backend, args: &Args, n: usize) -> Result<Run, String> {
         log,
         peak_rss_kib,
         milestones,
+        arrivals,
     })
+}
+
+/// The first row of the host-clock table: from the spawn to the first byte on the serial port.
+const FIRST_BYTE: (&str, &str) = ("", "process start to the first serial byte");
+
+/// Prints a table with one row per phase and one column per backend: the median over the
+/// backend's runs of the time from the last earlier milestone that run saw (or zero) to the
+/// row's milestone. `times` gives a run's time of each row's milestone, in seconds.
+fn print_phases(
+    title: &str,
+    rows: &[(&str, &str)],
+    backends: &[Backend],
+    runs: &[Vec<Run>],
+    times: impl Fn(&Run) -> Vec<Option<f64>>,
+) {
+    println!();
+    println!("{title}");
+    let names: Vec<&str> = backends.iter().map(|b| b.name()).collect();
+    println!("| phase (ends at) | {} |", names.join(" | "));
+    println!("|---|{}", "---|".repeat(backends.len()));
+    let times: Vec<Vec<Vec<Option<f64>>>> = runs
+        .iter()
+        .map(|runs| runs.iter().map(&times).collect())
+        .collect();
+    for (k, (needle, phase)) in rows.iter().enumerate() {
+        let cells: Vec<String> = times
+            .iter()
+            .map(|runs| {
+                let lens: Vec<f64> = runs
+                    .iter()
+                    .filter_map(|t| {
+                        let end = t[k]?;
+                        let start = t[..k].iter().rev().find_map(|m| *m).unwrap_or(0.0);
+                        Some(end - start)
+                    })
+                    .collect();
+                median(&lens).map_or("-".to_string(), |v| format!("{v:.3}"))
+            })
+            .collect();
+        let label = if needle.is_empty() {
+            (*phase).to_string()
+        } else {
+            format!("{phase} (`{needle}`)")
+        };
+        println!("| {label} | {} |", cells.join(" | "));
+    }
 }
 
 fn tail(log: &str) -> String {
@@ -251,23 +412,39 @@ fn main() -> std::process::ExitCode {
         eprintln!("nested-boot: create {}: {e}", args.work.display());
         return std::process::ExitCode::FAILURE;
     }
+    let (backends, milestones): (Vec<Backend>, &[(&str, &str)]) = match (&args.disk, args.firmware)
+    {
+        (None, _) => (
+            vec![Backend::Vmm, Backend::QemuMicrovm],
+            &MICROVM_MILESTONES,
+        ),
+        (Some(_), false) => (vec![Backend::VmmPci, Backend::QemuQ35], &OS_MILESTONES),
+        (Some(_), true) => (
+            vec![Backend::VmmPci, Backend::QemuQ35, Backend::QemuQ35Firmware],
+            &OS_MILESTONES,
+        ),
+    };
+    let marker = milestones.last().map_or(READY_MARKER, |m| m.0);
+    let names: Vec<&str> = backends.iter().map(|b| b.name()).collect();
     println!(
-        "nested-boot: {} and {}, kernel {}, initramfs {}, {} MiB, 1 vCPU, {} runs each, alternately",
-        Backend::Vmm.name(),
-        Backend::Qemu.name(),
+        "nested-boot: {}; kernel {}, initramfs {}{}, {} MiB, 1 vCPU, {} runs each, alternately, \
+         to {marker:?}",
+        names.join(", "),
         args.kernel.display(),
         args.initramfs.display(),
+        args.disk
+            .as_ref()
+            .map_or(String::new(), |d| format!(", disk {}", d.display())),
         args.memory_mib,
         args.runs
     );
-    let backends = [Backend::Vmm, Backend::Qemu];
-    let mut runs: [Vec<Run>; 2] = [Vec::new(), Vec::new()];
+    let mut runs: Vec<Vec<Run>> = backends.iter().map(|_| Vec::new()).collect();
     for n in 0..args.runs {
         for (i, &backend) in backends.iter().enumerate() {
-            match run_once(backend, &args, n) {
+            match run_once(backend, &args, milestones, n) {
                 Ok(run) => {
                     println!(
-                        "  run {n} {:<24} start -> marker {:>7.3} s   peak RSS {:>7} KiB",
+                        "  run {n} {:<36} start -> marker {:>7.3} s   peak RSS {:>7} KiB",
                         backend.name(),
                         run.to_marker.as_secs_f64(),
                         run.peak_rss_kib
@@ -284,65 +461,61 @@ fn main() -> std::process::ExitCode {
     let med = |i: usize, f: &dyn Fn(&Run) -> f64| {
         median(&runs[i].iter().map(f).collect::<Vec<_>>()).unwrap_or(f64::NAN)
     };
-    let marker = [
-        med(0, &|r| r.to_marker.as_secs_f64()),
-        med(1, &|r| r.to_marker.as_secs_f64()),
-    ];
-    let rss = [
-        med(0, &|r| r.peak_rss_kib as f64),
-        med(1, &|r| r.peak_rss_kib as f64),
-    ];
+    // Every peer against our VMM, the first column.
     println!();
     println!(
-        "| median of {} runs | {} | {} | ratio |",
+        "| median of {} runs | {} | ratios |",
         args.runs,
-        Backend::Vmm.name(),
-        Backend::Qemu.name()
+        names.join(" | ")
     );
-    println!("|---|---|---|---|");
-    println!(
-        "| start -> ready marker | {:.3} s | {:.3} s | QEMU / VMM = {:.2}x |",
-        marker[0],
-        marker[1],
-        marker[1] / marker[0]
-    );
-    println!(
-        "| peak RSS at the marker | {:.0} KiB | {:.0} KiB | QEMU / VMM = {:.2}x |",
-        rss[0],
-        rss[1],
-        rss[1] / rss[0]
-    );
-    println!();
-    println!("per phase, guest kernel timestamps (median of the runs, seconds):");
-    println!(
-        "| phase (ends at) | {} | {} |",
-        Backend::Vmm.name(),
-        Backend::Qemu.name()
-    );
-    println!("|---|---|---|");
-    for (k, (needle, phase)) in MILESTONES.iter().enumerate() {
-        let phase_len = |i: usize| {
-            let lens: Vec<f64> = runs[i]
-                .iter()
-                .filter_map(|r| {
-                    // From the last milestone before it that this backend's guest printed.
-                    let end = r.milestones[k]?;
-                    let start = r.milestones[..k]
-                        .iter()
-                        .rev()
-                        .find_map(|m| *m)
-                        .unwrap_or(0.0);
-                    Some(end - start)
-                })
-                .collect();
-            median(&lens).map_or("-".to_string(), |v| format!("{v:.3}"))
-        };
+    println!("|---|{}---|", "---|".repeat(backends.len()));
+    type Metric<'a> = (&'a str, &'a str, &'a dyn Fn(&Run) -> f64);
+    let metrics: [Metric; 2] = [
+        ("start -> marker", "s", &|r| r.to_marker.as_secs_f64()),
+        ("peak RSS at the marker", "KiB", &|r| r.peak_rss_kib as f64),
+    ];
+    for (metric, unit, f) in metrics {
+        let values: Vec<f64> = (0..backends.len()).map(|i| med(i, f)).collect();
+        let cells: Vec<String> = values
+            .iter()
+            .map(|v| {
+                if unit == "s" {
+                    format!("{v:.3} s")
+                } else {
+                    format!("{v:.0} {unit}")
+                }
+            })
+            .collect();
+        let ratios: Vec<String> = values[1..]
+            .iter()
+            .zip(&backends[1..])
+            .map(|(v, b)| format!("{} / VMM = {:.2}x", b.name(), v / values[0]))
+            .collect();
         println!(
-            "| {phase} (`{needle}`) | {} | {} |",
-            phase_len(0),
-            phase_len(1)
+            "| {metric} | {} | {} |",
+            cells.join(" | "),
+            ratios.join(", ")
         );
     }
+    print_phases(
+        "per phase, guest kernel timestamps (median of the runs, seconds):",
+        milestones,
+        &backends,
+        &runs,
+        |r| r.milestones.clone(),
+    );
+    // The host's clock is one for all backends, and it sees what comes before the kernel's
+    // first line (process start, firmware).
+    let rows: Vec<(&str, &str)> = std::iter::once(FIRST_BYTE)
+        .chain(milestones.iter().copied())
+        .collect();
+    print_phases(
+        "per phase, host clock: when each line reached the serial port (median of the runs, seconds):",
+        &rows,
+        &backends,
+        &runs,
+        |r| r.arrivals.iter().map(|a| a.map(|d| d.as_secs_f64())).collect(),
+    );
     for (i, backend) in backends.iter().enumerate() {
         // The run whose time to the marker is the median one.
         let mut order: Vec<&Run> = runs[i].iter().collect();
