@@ -79,13 +79,14 @@ pub fn discover_boot(
     plans: &[VolumePlan],
     run_dir: &Path,
 ) -> Result<BootDiscovery, DiscoveryError> {
-    let kernel_boot = vmi
+    // kernelBoot names its kernel; with a bootloader the firmware finds it on the disk.
+    let not_ours = vmi
         .spec
         .domain
         .firmware
         .as_ref()
-        .is_some_and(|f| f.kernel_boot.is_some());
-    if kernel_boot {
+        .is_some_and(|f| f.kernel_boot.is_some() || f.bootloader.is_some());
+    if not_ours {
         return Ok(BootDiscovery::NotLooked);
     }
     let Some((_, disk)) = disks::boot_disk(vmi) else {
@@ -544,6 +545,13 @@ mod tests {
             dirs.discover(&kernel_boot).unwrap(),
             BootDiscovery::NotLooked
         );
+        // Firmware finds the kernel itself: the disk is not read either.
+        let mut firmware = vmi(&[("root", None)], &[("root", container_disk())]);
+        firmware.spec.domain.firmware = Some(api::domain::Firmware {
+            bootloader: Some(api::domain::Bootloader::default()),
+            ..Default::default()
+        });
+        assert_eq!(dirs.discover(&firmware).unwrap(), BootDiscovery::NotLooked);
         // An emptyDisk a VM before made is read.
         std::fs::create_dir_all(dirs.root.join("disks")).unwrap();
         std::fs::write(dirs.root.join("disks/scratch.img"), debian_gpt()).unwrap();

@@ -97,7 +97,8 @@ impl DomainInfo {
             boot: self.boot.description.clone(),
             boot_origin: match self.boot.origin {
                 KernelOrigin::KernelBoot => v1::BootOrigin::KernelBoot,
-                KernelOrigin::UserDisk => v1::BootOrigin::UserDisk,
+                // The user's own OS, loaded by its own boot loader: `boot` names the firmware.
+                KernelOrigin::UserDisk | KernelOrigin::Firmware => v1::BootOrigin::UserDisk,
                 KernelOrigin::Bundled => v1::BootOrigin::Bundled,
                 KernelOrigin::Guestless => v1::BootOrigin::Guestless,
             }
@@ -146,6 +147,7 @@ mod tests {
         let cases = [
             (KernelOrigin::KernelBoot, v1::BootOrigin::KernelBoot),
             (KernelOrigin::UserDisk, v1::BootOrigin::UserDisk),
+            (KernelOrigin::Firmware, v1::BootOrigin::UserDisk),
             (KernelOrigin::Bundled, v1::BootOrigin::Bundled),
             (KernelOrigin::Guestless, v1::BootOrigin::Guestless),
         ];

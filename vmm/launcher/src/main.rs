@@ -64,14 +64,22 @@ struct Flags {
     /// UID of the VMI (virt-handler finds this launcher's socket directory by it).
     #[arg(long)]
     uid: Option<String>,
+    /// Where OVMF's firmware files are (Debian's package ovmf), for firmware.bootloader.efi.
+    #[arg(long, default_value = "/usr/share/OVMF")]
+    ovmf_dir: PathBuf,
     /// Force a backend instead of choosing it.
     #[arg(long, value_enum, default_value = "auto")]
     backend: BackendFlag,
+    /// Run the KVM backend's vCPU threads and device workers without their seccomp filters
+    /// (to find out whether a filter is what stops a guest).
+    #[arg(long)]
+    no_seccomp: bool,
 }
 
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let flags = Flags::parse();
+    vmm::seccomp::set_enabled(!flags.no_seccomp);
     if let (Some(name), Some(uid)) = (&flags.name, &flags.uid) {
         let namespace = flags.namespace.as_deref().unwrap_or("default");
         log::info!("virt-launcher for VMI {namespace}/{name} ({uid})");
@@ -88,6 +96,7 @@ fn main() -> ExitCode {
         no_os_disk_boots_kernel: flags.no_os_disk_boots_kernel,
         tap_device: flags.tap,
         pod_network: flags.pod_network,
+        ovmf_dir: flags.ovmf_dir,
         force_backend: match flags.backend {
             BackendFlag::Auto => None,
             BackendFlag::Kvm => Some(BackendKind::Kvm),

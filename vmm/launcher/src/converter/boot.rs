@@ -6,8 +6,14 @@
 //!    launcher's boot discovery found on the boot disk ([`BootDiscovery::Found`]). The image's
 //!    command line is kept whole; `console=ttyS0` is added when it names no ttyS0 console, so
 //!    that the serial console (`virtctl console`) shows the guest.
-//! 3. `firmware.bootloader` (firmware on QEMU) is not implemented: validation refuses it with
-//!    its path, so it never reaches the converter.
+//! 3. `firmware.bootloader`: firmware boots the disk's own boot loader, on the QEMU backend's
+//!    q35 machine ([`Firmware`]): `bios` is SeaBIOS (with `useSerial` its output on the serial
+//!    console), `efi` with `secureBoot: false` OVMF (Debian's `ovmf`: `OVMF_CODE_4M.fd`
+//!    read-only, the VM's own copy of `OVMF_VARS_4M.fd`). The launcher does not look for a
+//!    kernel on the disk and gives QEMU none ([`PayloadConfig::guestless`]: no kernel for the VMM
+//!    to load); the boot loader on the disk (grub) finds and starts it. Secure Boot is refused by
+//!    validation. With `kernelBoot` as well (KubeVirt accepts both) the firmware runs and boots
+//!    the kernelBoot kernel, which QEMU hands it.
 //! 4. A bare root filesystem (no partition table, no kernel, Firecracker and Kata style): the
 //!    kernel Ferrovirt ships, with that disk as `root=/dev/vda`.
 //! 5. A VMI without an OS disk (no disk, or only emptyDisks and cloud-init seeds) has nothing
@@ -24,6 +30,7 @@
 
 use std::path::PathBuf;
 
+use api::domain::BootloaderKind;
 use api::VirtualMachineInstanceSpec;
 use vmm::config::{DiskConfig, PayloadConfig};
 
@@ -38,6 +45,9 @@ pub const DEFAULT_CMDLINE: &str = "console=ttyS0";
 pub enum KernelOrigin {
     /// `firmware.kernelBoot`.
     KernelBoot,
+    /// `firmware.bootloader`: the firmware runs the disk's own boot loader, which loads the
+    /// kernel of the user's disk.
+    Firmware,
     /// Found on the boot disk: the user's own OS.
     UserDisk,
     /// The kernel Ferrovirt ships.
@@ -53,10 +63,38 @@ pub struct BootChoice {
     pub description: String,
 }
 
-/// The boot piece's result: the payload and the choice behind it.
+/// The firmware of a VMI with `firmware.bootloader` (QEMU's q35 machine).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Firmware {
+    /// SeaBIOS; with `serial` its output goes to the serial console (`bios.useSerial`).
+    SeaBios { serial: bool },
+    /// OVMF without Secure Boot: its code, and the variables template each VM gets a copy of.
+    Ovmf {
+        code: PathBuf,
+        vars_template: PathBuf,
+    },
+}
+
+/// OVMF's code (Debian's `ovmf`, 4 MiB flash layout, no Secure Boot), in [`HostFacts::ovmf_dir`].
+pub const OVMF_CODE: &str = "OVMF_CODE_4M.fd";
+/// OVMF's empty variable store, copied for each VM.
+pub const OVMF_VARS: &str = "OVMF_VARS_4M.fd";
+
+impl Firmware {
+    /// How the boot report names it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Firmware::SeaBios { .. } => "SeaBIOS",
+            Firmware::Ovmf { .. } => "OVMF (UEFI)",
+        }
+    }
+}
+
+/// The boot piece's result: the payload, the firmware if any, and the choice behind them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BootPlan {
     pub payload: PayloadConfig,
+    pub firmware: Option<Firmware>,
     pub choice: BootChoice,
 }
 
@@ -66,13 +104,49 @@ pub fn plan(
     facts: &HostFacts,
     disks: &[DiskConfig],
 ) -> Result<BootPlan, FieldProblem> {
+    let firmware = spec
+        .domain
+        .firmware
+        .as_ref()
+        .and_then(|f| f.bootloader_kind())
+        .map(|kind| firmware(kind, facts))
+        .transpose()?;
     let kernel_boot = spec
         .domain
         .firmware
         .as_ref()
         .and_then(|f| f.kernel_boot.as_ref());
     if let Some(kernel_boot) = kernel_boot {
-        return kernel_boot_plan(kernel_boot, facts);
+        let mut plan = kernel_boot_plan(kernel_boot, facts)?;
+        if let Some(firmware) = firmware {
+            plan.choice.description = format!(
+                "firmware: {}, booting the {}",
+                firmware.name(),
+                plan.choice.description
+            );
+            plan.firmware = Some(firmware);
+        }
+        return Ok(plan);
+    }
+    if let Some(firmware) = firmware {
+        let disk = disks.first().map_or_else(
+            || "no disk".to_string(),
+            |d| format!("the boot loader of disk {}", d.id),
+        );
+        let serial = match firmware {
+            Firmware::SeaBios { serial: true } => ", its output on the serial console",
+            Firmware::SeaBios { serial: false } => "",
+            Firmware::Ovmf { .. } => ", Secure Boot off",
+        };
+        let description = format!("firmware: {}{serial}, booting {disk}", firmware.name());
+        return Ok(BootPlan {
+            payload: PayloadConfig::guestless(),
+            firmware: Some(firmware),
+            choice: BootChoice {
+                origin: KernelOrigin::Firmware,
+                description,
+            },
+        });
     }
     let disk_path = |disk: &str| {
         spec.domain
@@ -112,6 +186,7 @@ pub fn plan(
             ))
         }
         BootDiscovery::NoOsDisk { reason } => Ok(BootPlan {
+            firmware: None,
             payload: PayloadConfig::guestless(),
             choice: BootChoice {
                 origin: KernelOrigin::Guestless,
@@ -139,8 +214,24 @@ pub fn plan(
     }
 }
 
+fn firmware(kind: BootloaderKind, facts: &HostFacts) -> Result<Firmware, FieldProblem> {
+    match kind {
+        BootloaderKind::Bios { use_serial } => Ok(Firmware::SeaBios { serial: use_serial }),
+        BootloaderKind::Efi { secure_boot: false } => Ok(Firmware::Ovmf {
+            code: facts.ovmf_dir.join(OVMF_CODE),
+            vars_template: facts.ovmf_dir.join(OVMF_VARS),
+        }),
+        // Validation refuses it; a launcher given it anyway says so.
+        BootloaderKind::Efi { secure_boot: true } => Err(FieldProblem::new(
+            "spec.domain.firmware.bootloader.efi.secureBoot",
+            "Secure Boot is not supported by ferrovirt: set secureBoot: false",
+        )),
+    }
+}
+
 fn bundled(cmdline: String, facts: &HostFacts, description: String) -> BootPlan {
     BootPlan {
+        firmware: None,
         payload: PayloadConfig {
             kernel: facts.default_kernel.clone(),
             initramfs: facts.default_initramfs.clone(),
@@ -161,6 +252,7 @@ fn user_disk_plan(found: &FoundKernel) -> BootPlan {
         description.push_str(", with console=ttyS0 added for the serial console");
     }
     BootPlan {
+        firmware: None,
         payload: PayloadConfig {
             kernel: found.kernel.clone(),
             initramfs: found.initrd.clone(),
@@ -234,6 +326,7 @@ fn kernel_boot_plan(
     }
     description.push_str(&format!(" of the container image {}", container.image));
     Ok(BootPlan {
+        firmware: None,
         payload: PayloadConfig {
             kernel,
             initramfs,
@@ -252,7 +345,8 @@ fn kernel_boot_plan(
 /// kernel from the user's disk lacks that and finds them on PCI, described by ACPI.
 pub fn transport(origin: KernelOrigin) -> vmm::config::Transport {
     match origin {
-        KernelOrigin::UserDisk => vmm::config::Transport::Pci,
+        // Firmware runs on QEMU's q35, on PCI; the config says so too.
+        KernelOrigin::UserDisk | KernelOrigin::Firmware => vmm::config::Transport::Pci,
         // A guestless VM has no driver for either: mmio needs no ACPI tables.
         KernelOrigin::KernelBoot | KernelOrigin::Bundled | KernelOrigin::Guestless => {
             vmm::config::Transport::Mmio
@@ -261,356 +355,5 @@ pub fn transport(origin: KernelOrigin) -> vmm::config::Transport {
 }
 
 #[cfg(test)]
-mod tests {
-    use api::domain::{Disk, Firmware, KernelBoot, KernelBootContainer};
-
-    use super::*;
-    use crate::converter::host::test_facts;
-
-    fn spec(kernel_boot: Option<KernelBoot>) -> VirtualMachineInstanceSpec {
-        let mut spec = VirtualMachineInstanceSpec::default();
-        spec.domain.firmware = kernel_boot.map(|kb| Firmware {
-            kernel_boot: Some(kb),
-            ..Default::default()
-        });
-        // The boot disk "root" is declared second.
-        spec.domain.devices.disks = ["data", "root"]
-            .into_iter()
-            .map(|name| Disk {
-                name: name.into(),
-                ..Default::default()
-            })
-            .collect();
-        spec
-    }
-
-    fn kernel_boot(kernel: Option<&str>, initrd: Option<&str>, args: Option<&str>) -> KernelBoot {
-        KernelBoot {
-            kernel_args: args.map(Into::into),
-            container: Some(KernelBootContainer {
-                image: "img".into(),
-                kernel_path: kernel.map(Into::into),
-                initrd_path: initrd.map(Into::into),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
-    }
-
-    fn disk(readonly: bool) -> DiskConfig {
-        DiskConfig {
-            id: "root".into(),
-            path: "/d/root.img".into(),
-            readonly,
-        }
-    }
-
-    fn facts(boot: BootDiscovery) -> HostFacts {
-        HostFacts {
-            boot,
-            ..test_facts()
-        }
-    }
-
-    const SOURCE: &str = "kernel /boot/vmlinuz-6.1.0-28-cloud-amd64 from partition 1 (ext4, \
-                          UUID 6f1c2a5e-0d3b-4b8e-9a51-1c2d3e4f5a6b) per /boot/grub/grub.cfg on \
-                          partition 1 entry 'Debian GNU/Linux'";
-
-    fn found(initrd: bool, cmdline: &str) -> BootDiscovery {
-        BootDiscovery::Found(FoundKernel {
-            disk: "root".into(),
-            kernel: "/var/run/ferrovirt/boot/kernel".into(),
-            initrd: initrd.then(|| "/var/run/ferrovirt/boot/initrd".into()),
-            cmdline: cmdline.into(),
-            source: SOURCE.into(),
-        })
-    }
-
-    fn bare() -> BootDiscovery {
-        BootDiscovery::BareFilesystem {
-            disk: "root".into(),
-            filesystem: "ext4, label \"ferrovirt-root\"".into(),
-        }
-    }
-
-    #[test]
-    fn plans() {
-        let bundled = |cmdline: &str| PayloadConfig {
-            kernel: test_facts().default_kernel,
-            initramfs: test_facts().default_initramfs,
-            cmdline: cmdline.into(),
-            guestless: false,
-        };
-        let user = |initrd: bool, cmdline: &str| PayloadConfig {
-            kernel: "/var/run/ferrovirt/boot/kernel".into(),
-            initramfs: initrd.then(|| "/var/run/ferrovirt/boot/initrd".into()),
-            cmdline: cmdline.into(),
-            guestless: false,
-        };
-        let debian = "root=UUID=6f1c ro console=tty0 console=ttyS0,115200 consoleblank=0";
-        let bare_description = "the bundled kernel: disk root is a bare filesystem (ext4, label \
-                                \"ferrovirt-root\") without a kernel, booted as its root \
-                                (root=/dev/vda)";
-        let kernel_boot_dir = test_facts().kernel_boot_dir;
-        // (kernelBoot, discovery, disks, payload, origin, description)
-        let cases = [
-            // The image's command line, whole: it already has a ttyS0 console.
-            (
-                None,
-                found(true, debian),
-                vec![disk(false)],
-                user(true, debian),
-                KernelOrigin::UserDisk,
-                format!("disk root: {SOURCE}"),
-            ),
-            // No ttyS0 console: one is added, the user's options stay.
-            (
-                None,
-                found(true, "root=LABEL=cloudimg-rootfs ro console=tty1 quiet"),
-                vec![disk(false)],
-                user(
-                    true,
-                    "root=LABEL=cloudimg-rootfs ro console=tty1 quiet console=ttyS0",
-                ),
-                KernelOrigin::UserDisk,
-                format!("disk root: {SOURCE}, with console=ttyS0 added for the serial console"),
-            ),
-            // An entry without initrd or options.
-            (
-                None,
-                found(false, ""),
-                vec![disk(true)],
-                user(false, "console=ttyS0"),
-                KernelOrigin::UserDisk,
-                format!("disk root: {SOURCE}, with console=ttyS0 added for the serial console"),
-            ),
-            // A bare root filesystem: the bundled kernel with it as root.
-            (
-                None,
-                bare(),
-                vec![disk(false)],
-                bundled("console=ttyS0 root=/dev/vda rw"),
-                KernelOrigin::Bundled,
-                bare_description.to_string(),
-            ),
-            (
-                None,
-                bare(),
-                vec![disk(true)],
-                bundled("console=ttyS0 root=/dev/vda ro"),
-                KernelOrigin::Bundled,
-                bare_description.to_string(),
-            ),
-            // No OS disk: the bundled kernel and initramfs alone.
-            (
-                None,
-                BootDiscovery::NoOsDisk {
-                    reason: "the VMI has no disk".into(),
-                },
-                vec![],
-                bundled("console=ttyS0"),
-                KernelOrigin::Bundled,
-                "the bundled kernel and initramfs: the VMI has no disk".to_string(),
-            ),
-            (
-                None,
-                BootDiscovery::NoOsDisk {
-                    reason: "no disk of the VMI is a containerDisk or persistentVolumeClaim".into(),
-                },
-                vec![disk(false)],
-                bundled("console=ttyS0"),
-                KernelOrigin::Bundled,
-                "the bundled kernel and initramfs: no disk of the VMI is a containerDisk or \
-                 persistentVolumeClaim"
-                    .to_string(),
-            ),
-            // kernelBoot comes first: the launcher does not look at the disk.
-            (
-                Some(kernel_boot(
-                    Some("/boot/vmlinuz"),
-                    Some("/boot/initrd"),
-                    Some("console=ttyS0 quiet"),
-                )),
-                BootDiscovery::NotLooked,
-                vec![disk(false)],
-                PayloadConfig {
-                    kernel: kernel_boot_dir.join("boot/vmlinuz"),
-                    initramfs: Some(kernel_boot_dir.join("boot/initrd")),
-                    cmdline: "console=ttyS0 quiet".into(),
-                    guestless: false,
-                },
-                KernelOrigin::KernelBoot,
-                "kernelBoot: kernel /boot/vmlinuz and initrd /boot/initrd of the container \
-                 image img"
-                    .to_string(),
-            ),
-            (
-                Some(kernel_boot(Some("vmlinuz"), None, None)),
-                found(true, debian),
-                vec![],
-                PayloadConfig {
-                    kernel: kernel_boot_dir.join("vmlinuz"),
-                    initramfs: None,
-                    cmdline: "console=ttyS0".into(),
-                    guestless: false,
-                },
-                KernelOrigin::KernelBoot,
-                "kernelBoot: kernel vmlinuz of the container image img".to_string(),
-            ),
-        ];
-        for (kb, discovery, disks, payload, origin, description) in cases {
-            let facts = facts(discovery.clone());
-            let got = plan(&spec(kb), &facts, &disks).unwrap();
-            assert_eq!(got.payload, payload, "{discovery:?}");
-            assert_eq!(got.choice.origin, origin, "{discovery:?}");
-            assert_eq!(got.choice.description, description, "{discovery:?}");
-        }
-    }
-
-    #[test]
-    fn without_an_os_disk_and_a_bundled_initramfs_the_vm_is_guestless() {
-        let cases = [
-            (
-                "the VMI has no disk",
-                vec![],
-                "guestless: the VMI has no disk, so nothing boots (no kernel; the vCPUs idle)",
-            ),
-            (
-                "no disk of the VMI is a containerDisk or persistentVolumeClaim",
-                vec![disk(false)],
-                "guestless: no disk of the VMI is a containerDisk or persistentVolumeClaim, so \
-                 nothing boots (no kernel; the vCPUs idle)",
-            ),
-        ];
-        for (reason, disks, description) in cases {
-            let facts = HostFacts {
-                default_initramfs: None,
-                ..facts(BootDiscovery::NoOsDisk {
-                    reason: reason.into(),
-                })
-            };
-            let mut no_disks = spec(None);
-            no_disks.domain.devices.disks.clear();
-            let got = plan(&no_disks, &facts, &disks).unwrap();
-            assert_eq!(got.payload, PayloadConfig::guestless(), "{reason}");
-            assert_eq!(got.choice.origin, KernelOrigin::Guestless, "{reason}");
-            assert_eq!(got.choice.description, description);
-        }
-        // A bare filesystem still boots the bundled kernel, initramfs or not.
-        let facts = HostFacts {
-            default_initramfs: None,
-            ..facts(bare())
-        };
-        let got = plan(&spec(None), &facts, &[disk(false)]).unwrap();
-        assert_eq!(got.choice.origin, KernelOrigin::Bundled);
-        assert!(!got.payload.guestless);
-    }
-
-    #[test]
-    fn nothing_to_boot_is_an_error_with_the_reason() {
-        let cases = [
-            (
-                BootDiscovery::PartitionedWithoutKernel {
-                    disk: "root".into(),
-                    layout: "GPT: partition 1 (ext4, UUID 9999)".into(),
-                },
-                "spec.domain.devices.disks[1]",
-                "disk root is a partitioned disk (GPT: partition 1 (ext4, UUID 9999)) without a \
-                 kernel: no grub.cfg, BLS entry, extlinux.conf or /vmlinuz on any partition, so \
-                 there is no OS on it to boot",
-            ),
-            (
-                BootDiscovery::Nothing {
-                    disk: "root".into(),
-                    reason: "no partition table and no filesystem".into(),
-                },
-                "spec.domain.devices.disks[1]",
-                "disk root holds nothing to boot: no partition table and no filesystem",
-            ),
-            (
-                BootDiscovery::Nothing {
-                    disk: "gone".into(),
-                    reason: "r".into(),
-                },
-                "spec.domain.devices.disks",
-                "disk gone holds nothing to boot: r",
-            ),
-            (
-                BootDiscovery::NotLooked,
-                "spec.domain.devices.disks",
-                "the launcher did not examine the boot disk (a launcher bug)",
-            ),
-        ];
-        for (discovery, path, reason) in cases {
-            let err = plan(&spec(None), &facts(discovery), &[disk(false)]).unwrap_err();
-            assert_eq!((err.path.as_str(), err.reason.as_str()), (path, reason));
-        }
-    }
-
-    #[test]
-    fn serial_console_is_added_only_when_missing() {
-        let cases = [
-            ("console=ttyS0", "console=ttyS0", false),
-            (
-                "ro console=ttyS0,115200n8 quiet",
-                "ro console=ttyS0,115200n8 quiet",
-                false,
-            ),
-            (
-                "console=ttyS0 console=tty0",
-                "console=ttyS0 console=tty0",
-                false,
-            ),
-            ("ro console=tty0", "ro console=tty0 console=ttyS0", true),
-            ("console=ttyS1", "console=ttyS1 console=ttyS0", true),
-            ("xconsole=ttyS0", "xconsole=ttyS0 console=ttyS0", true),
-            ("console=ttyS01", "console=ttyS01 console=ttyS0", true),
-            (
-                "  root=/dev/vda1  ro ",
-                "root=/dev/vda1  ro console=ttyS0",
-                true,
-            ),
-            ("", "console=ttyS0", true),
-        ];
-        for (cmdline, want, added) in cases {
-            assert_eq!(
-                with_serial_console(cmdline),
-                (want.to_string(), added),
-                "{cmdline:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn bad_kernel_boot_names_the_field() {
-        let facts = test_facts();
-        let no_container = KernelBoot::default();
-        let cases = [
-            (no_container, "spec.domain.firmware.kernelBoot.container"),
-            (
-                kernel_boot(None, None, None),
-                "spec.domain.firmware.kernelBoot.container.kernelPath",
-            ),
-            (
-                kernel_boot(Some("/../etc/k"), None, None),
-                "spec.domain.firmware.kernelBoot.container.kernelPath",
-            ),
-            (
-                kernel_boot(Some("/k"), Some("/"), None),
-                "spec.domain.firmware.kernelBoot.container.initrdPath",
-            ),
-        ];
-        for (kb, path) in cases {
-            assert_eq!(plan(&spec(Some(kb)), &facts, &[]).unwrap_err().path, path);
-        }
-    }
-
-    #[test]
-    fn a_kernel_from_the_users_disk_gets_the_pci_machine_ours_virtio_mmio() {
-        use vmm::config::Transport;
-        assert_eq!(transport(KernelOrigin::UserDisk), Transport::Pci);
-        assert_eq!(transport(KernelOrigin::Bundled), Transport::Mmio);
-        assert_eq!(transport(KernelOrigin::KernelBoot), Transport::Mmio);
-        assert_eq!(transport(KernelOrigin::Guestless), Transport::Mmio);
-    }
-}
+#[path = "boot_tests.rs"]
+mod tests;

@@ -1,6 +1,6 @@
-//! Converter table tests over the real KubeVirt example manifests in
-//! `shared/fixtures/kubevirt-examples/`: every VMI (and VM / replica set template) that
-//! defaulting and validation accept must convert, and the result must follow the manifest.
+//! Converter table tests over the project's own manifests in `api/testdata/manifests/`: every
+//! VMI (and VM / replica set / pool template) that defaulting and validation accept must
+//! convert, and the result must follow the manifest.
 
 use std::path::PathBuf;
 
@@ -11,23 +11,13 @@ use vmm::config::ConsoleConfig;
 use super::host::{test_facts, test_facts_for};
 use super::{convert, ConvertError, KernelOrigin};
 
-/// `$FERROVIRT_SHARED`, else `shared/` beside the repository.
-fn shared_dir() -> PathBuf {
-    let dir = std::env::var_os("FERROVIRT_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"));
-    assert!(
-        dir.join("fixtures/kubevirt-examples").is_dir(),
-        "the shared directory {} has no fixtures/kubevirt-examples: set FERROVIRT_SHARED to the \
-         project's shared/ directory",
-        dir.display()
-    );
-    dir
+fn manifests_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../api/testdata/manifests")
 }
 
-/// Every VMI in the fixtures: VMIs themselves and the templates of VMs and replica sets.
+/// Every VMI in the manifests: VMIs themselves and the templates of VMs, replica sets and pools.
 fn fixture_vmis() -> Vec<(String, VirtualMachineInstance)> {
-    let dir = shared_dir().join("fixtures/kubevirt-examples");
+    let dir = manifests_dir();
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())

@@ -34,6 +34,9 @@ pub struct HostFacts {
     /// The private directory of the VMM's own sockets (serial, vsock, QMP) and of the kernel and
     /// initrd taken from the boot disk.
     pub run_dir: PathBuf,
+    /// Where Debian's `ovmf` puts OVMF (`/usr/share/OVMF`): the UEFI firmware of
+    /// `firmware.bootloader.efi`.
+    pub ovmf_dir: PathBuf,
     /// What the launcher found on the boot disk.
     pub boot: BootDiscovery,
 }
@@ -119,6 +122,7 @@ pub(crate) fn test_facts() -> HostFacts {
         tap_device: "tap0".into(),
         socket_dir: contract::layout::LAUNCHER_SOCKET_DIR.into(),
         run_dir: "/var/run/ferrovirt".into(),
+        ovmf_dir: "/usr/share/OVMF".into(),
         boot: BootDiscovery::NotLooked,
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! It is made of one small piece per concern, each a pure function with its own table tests:
 //! [`cpu`], [`memory`], [`boot`] (kernel, initramfs, command line: kernelBoot, the kernel found
-//! on the boot disk, or the bundled kernel), [`disks`] (with the volume
+//! on the boot disk, or the bundled kernel; or firmware), [`disks`] (with the volume
 //! plan of [`crate::volumes::plan`]), [`network`], [`console`] (serial, virtio console, vsock)
 //! and [`rng`]. [`convert`] calls them in that order and validates the result as a whole. A VMI
 //! feature Ferrovirt cannot run is an error naming its field path; nothing is silently dropped.
@@ -24,7 +24,7 @@ mod fixture_tests;
 use api::VirtualMachineInstance;
 use vmm::config::{ValidationError, VmConfig};
 
-pub use boot::{BootChoice, KernelOrigin};
+pub use boot::{BootChoice, Firmware, KernelOrigin};
 pub use host::{BootDiscovery, FoundKernel, HostFacts};
 
 /// A problem with one field of the VMI.
@@ -81,6 +81,8 @@ impl ConvertError {
 pub struct Converted {
     pub config: VmConfig,
     pub boot: BootChoice,
+    /// The firmware of a `firmware.bootloader` VMI: it runs on QEMU's q35 machine.
+    pub firmware: Option<Firmware>,
 }
 
 /// Converts a VMI (after `api::defaults::default_vmi` and `api::validation::validate_vmi`) into
@@ -108,6 +110,7 @@ pub fn convert(vmi: &VirtualMachineInstance, facts: &HostFacts) -> Result<Conver
     Ok(Converted {
         config,
         boot: boot.choice,
+        firmware: boot.firmware,
     })
 }
 

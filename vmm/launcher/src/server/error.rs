@@ -43,6 +43,8 @@ pub enum SyncError {
     Boot(#[source] BackendError),
     #[error("this launcher already runs VMI {0:?}")]
     OtherVmi(String),
+    #[error("firmware.bootloader ({0}) runs on the QEMU backend only, and {1}")]
+    FirmwareNeedsQemu(&'static str, &'static str),
 }
 
 impl SyncError {
@@ -56,7 +58,9 @@ impl SyncError {
             | SyncError::Discovery(_)
             | SyncError::MissingFile(_)
             | SyncError::Qemu(QemuStartError::QemuMissing)
-            | SyncError::Qemu(QemuStartError::MissingFile(_)) => Code::FailedPrecondition,
+            | SyncError::Qemu(QemuStartError::MissingFile(_))
+            | SyncError::Qemu(QemuStartError::OvmfMissing(_))
+            | SyncError::FirmwareNeedsQemu(..) => Code::FailedPrecondition,
             SyncError::Network(e) if e.is_precondition() => Code::FailedPrecondition,
             SyncError::OtherVmi(_) => Code::FailedPrecondition,
             _ => Code::Internal,

@@ -22,17 +22,18 @@ use vmm::config::{ConsoleConfig, VmConfig};
 use super::error::{OpError, SyncError};
 use super::notify::Notifier;
 use crate::backend::kvm::KvmVm;
-use crate::backend::qemu::{Acpi, QemuVm};
-use crate::backend::{
-    choose, Backend, BackendChoice, BackendKind, MigrationParams, MigrationPhase,
-    MigrationProgress, VmStatus,
-};
+use crate::backend::qemu::{Acpi, Machine, QemuVm};
+use crate::backend::{choose, Backend, BackendChoice, BackendKind, MigrationParams, VmStatus};
 use crate::console::ConsoleRelay;
 use crate::converter::{self, HostFacts, KernelOrigin};
 use crate::discovery;
 use crate::domain::{DomainInfo, DomainState, VmiRef};
 use crate::network::{self, PodNetwork};
 use crate::volumes;
+
+#[path = "migration_track.rs"]
+mod migration_track;
+use migration_track::MigrationTrack;
 
 /// How long the console relay waits for the VMM's serial socket.
 const CONSOLE_ATTACH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -56,6 +57,8 @@ pub struct Settings {
     pub pod_network: bool,
     /// Overrides the backend choice (benchmarks and tests of a backend).
     pub force_backend: Option<BackendKind>,
+    /// Where OVMF is (`--ovmf-dir`, Debian's `/usr/share/OVMF`).
+    pub ovmf_dir: PathBuf,
 }
 
 impl Settings {
@@ -72,6 +75,7 @@ impl Settings {
             tap_device: self.tap_device.clone(),
             socket_dir: self.socket_dir.clone(),
             run_dir: self.run_dir.clone(),
+            ovmf_dir: self.ovmf_dir.clone(),
             boot: converter::BootDiscovery::NotLooked,
         }
     }
@@ -86,52 +90,6 @@ struct Vm {
     /// The serial socket the console relay attaches to once the VM has arrived (KVM migration
     /// target: the VMM creates it when the stream builds the VM).
     console_after_migration: Option<PathBuf>,
-}
-
-/// The launcher's record of the VM's current or last migration.
-#[derive(Clone, Debug)]
-struct MigrationTrack {
-    target: bool,
-    block: bool,
-    started: Instant,
-    ended: Option<Instant>,
-    progress: MigrationProgress,
-}
-
-impl MigrationTrack {
-    fn new(target: bool, block: bool) -> Self {
-        MigrationTrack {
-            target,
-            block,
-            started: Instant::now(),
-            ended: None,
-            progress: MigrationProgress::default(),
-        }
-    }
-
-    fn to_proto(&self) -> v1::MigrationInfo {
-        let p = &self.progress;
-        let status = match p.phase {
-            MigrationPhase::Active => v1::MigrationStatus::Active,
-            MigrationPhase::Completed => v1::MigrationStatus::Completed,
-            MigrationPhase::Failed => v1::MigrationStatus::Failed,
-            MigrationPhase::Cancelled => v1::MigrationStatus::Cancelled,
-        };
-        let elapsed = self.ended.unwrap_or_else(Instant::now) - self.started;
-        v1::MigrationInfo {
-            status: status.into(),
-            target: self.target,
-            error: p.error.clone(),
-            transferred_bytes: p.transferred_bytes,
-            remaining_bytes: p.remaining_bytes,
-            total_bytes: p.total_bytes,
-            total_ms: p
-                .total_ms
-                .unwrap_or_else(|| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)),
-            downtime_ms: p.downtime_ms.unwrap_or(0),
-            block: self.block,
-        }
-    }
 }
 
 /// The launcher: settings, the console relay, the VM once there is one.
@@ -246,8 +204,15 @@ impl Launcher {
         let plans = converter::disks::volume_plans(&vmi, &facts)
             .map_err(|e| SyncError::Convert(converter::ConvertError::Disks(e)))?;
         facts.boot = discovery::discover_boot(&vmi, &plans, &facts.run_dir)?;
-        let converter::Converted { config, boot } = converter::convert(&vmi, &facts)?;
+        let converter::Converted {
+            config,
+            boot,
+            firmware,
+        } = converter::convert(&vmi, &facts)?;
         log::info!("boot: {}", boot.description);
+        if let Some(firmware) = &firmware {
+            choice = firmware_backend(choice, firmware, self.settings.force_backend)?;
+        }
         check_sockets(&config, &facts)?;
         volumes::prepare::prepare(&plans)?;
         if self.settings.pod_network && !config.net.is_empty() {
@@ -280,12 +245,21 @@ impl Launcher {
         // On QEMU microvm, a distribution kernel finds its virtio-mmio devices through ACPI
         // only; ours boots without (see backend::qemu::args). The KVM VMM gives such a kernel
         // its PCI machine with ACPI tables instead (the config's transport).
-        let acpi = match boot.origin {
-            KernelOrigin::UserDisk => Acpi::On,
-            KernelOrigin::KernelBoot | KernelOrigin::Bundled | KernelOrigin::Guestless => Acpi::Off,
+        // Firmware runs on q35 (PCI, ACPI of its own).
+        let machine = match (firmware, boot.origin) {
+            (Some(firmware), _) => Machine::Q35(firmware),
+            (None, KernelOrigin::UserDisk | KernelOrigin::Firmware) => Machine::Microvm(Acpi::On),
+            (None, KernelOrigin::KernelBoot | KernelOrigin::Bundled | KernelOrigin::Guestless) => {
+                Machine::Microvm(Acpi::Off)
+            }
         };
-        let mut backend =
-            start_backend(choice.kind, &config, &self.settings.run_dir, incoming, acpi)?;
+        let mut backend = start_backend(
+            choice.kind,
+            &config,
+            &self.settings.run_dir,
+            incoming,
+            &machine,
+        )?;
         match (early_attach, &serial) {
             (Some(attaching), _) => match attaching.join() {
                 Ok(result) => result?,
@@ -553,70 +527,6 @@ impl Launcher {
     }
 }
 
-impl Launcher {
-    /// Follows a migration under way; at its end: the target runs the VM (or fails), the
-    /// source stops its copy (or, when it failed, keeps running).
-    fn poll_migration(&self, vm: &mut Vm) {
-        let Some(track) = vm.migration.as_mut() else {
-            return;
-        };
-        if track.progress.phase.is_final() {
-            return;
-        }
-        let Some(progress) = vm.backend.migration() else {
-            return;
-        };
-        track.progress = progress.clone();
-        if !progress.phase.is_final() {
-            return;
-        }
-        track.ended = Some(Instant::now());
-        let target = track.target;
-        log::info!(
-            "migration ({}) ended: {:?} {}",
-            if target { "incoming" } else { "outgoing" },
-            progress.phase,
-            progress.error
-        );
-        match (target, progress.phase) {
-            (true, MigrationPhase::Completed) => match vm.backend.resume() {
-                Ok(()) => {
-                    if let Some(path) = vm.console_after_migration.take() {
-                        if let Err(e) = self.relay.attach(&path, CONSOLE_ATTACH_TIMEOUT) {
-                            log::warn!("the console of the migrated VM: {e}");
-                        }
-                    }
-                    vm.info.started = Instant::now();
-                    self.set_state(vm, DomainState::Running, "migrated in");
-                }
-                Err(e) => {
-                    let reason = format!("cannot run the migrated VM: {e}");
-                    let _ = vm.backend.kill(&reason);
-                    self.set_state(vm, DomainState::Crashed, &reason);
-                }
-            },
-            (true, _) => {
-                let reason = format!("the incoming migration failed: {}", progress.error);
-                let _ = vm.backend.kill(&reason);
-                self.set_state(vm, DomainState::Crashed, &reason);
-            }
-            (false, MigrationPhase::Completed) => {
-                let reason = "migrated to the target";
-                if let Err(e) = vm.backend.kill(reason) {
-                    log::warn!("cannot stop the migrated VM: {e}");
-                }
-                self.set_state(vm, DomainState::Shutoff, reason);
-            }
-            (false, _) => {
-                // Both backends run the VM again by themselves after a failed or cancelled migration.
-                let _ = vm.backend.resume();
-                let reason = format!("the migration failed, the VM runs here: {}", progress.error);
-                self.set_state(vm, DomainState::Running, &reason);
-            }
-        }
-    }
-}
-
 fn vmi_ref(vmi: &VirtualMachineInstance) -> VmiRef {
     VmiRef {
         name: vmi.metadata.name.clone().unwrap_or_default(),
@@ -640,18 +550,43 @@ fn check_sockets(config: &VmConfig, facts: &HostFacts) -> Result<(), SyncError> 
     Ok(())
 }
 
+/// The backend of a VMI with firmware: the KVM VMM has none, so QEMU runs it (TCG: this backend
+/// has no QEMU-KVM mode yet); a `--backend kvm` launcher cannot run it.
+fn firmware_backend(
+    choice: BackendChoice,
+    firmware: &converter::Firmware,
+    forced: Option<BackendKind>,
+) -> Result<BackendChoice, SyncError> {
+    match (choice.kind, forced) {
+        (BackendKind::QemuTcg, _) => Ok(choice),
+        (BackendKind::Kvm, Some(BackendKind::Kvm)) => Err(SyncError::FirmwareNeedsQemu(
+            firmware.name(),
+            "this launcher's --backend flag forces the KVM VMM",
+        )),
+        (BackendKind::Kvm, _) => Ok(BackendChoice {
+            kind: BackendKind::QemuTcg,
+            reason: format!(
+                "firmware.bootloader asks for {}, which only the QEMU backend runs (the KVM \
+                 VMM has no firmware); {}",
+                firmware.name(),
+                choice.reason
+            ),
+        }),
+    }
+}
+
 fn start_backend(
     kind: BackendKind,
     config: &VmConfig,
     run_dir: &std::path::Path,
     incoming: bool,
-    acpi: Acpi,
+    machine: &Machine,
 ) -> Result<Box<dyn Backend>, SyncError> {
     match kind {
         BackendKind::QemuTcg if incoming => {
-            Ok(Box::new(QemuVm::start_incoming(config, run_dir, acpi)?))
+            Ok(Box::new(QemuVm::start_incoming(config, run_dir, machine)?))
         }
-        BackendKind::QemuTcg => Ok(Box::new(QemuVm::start(config, run_dir, acpi)?)),
+        BackendKind::QemuTcg => Ok(Box::new(QemuVm::start(config, run_dir, machine)?)),
         BackendKind::Kvm => {
             std::fs::create_dir_all(run_dir)
                 .map_err(|e| SyncError::RunDir(run_dir.to_path_buf(), e))?;
@@ -663,3 +598,7 @@ fn start_backend(
         }
     }
 }
+
+#[cfg(test)]
+#[path = "launcher_tests.rs"]
+mod tests;

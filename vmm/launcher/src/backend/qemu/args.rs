@@ -13,10 +13,21 @@
 //! `tsc_early_khz=` (TCG's TSC calibration hangs about one boot in three without it) and
 //! `panic=-1` (a panicking guest resets, which the launcher sees, instead of spinning). A guestless
 //! VM has no `-kernel`: microvm's firmware (qboot) finds nothing to boot and halts.
+//!
+//! A VMI with `firmware.bootloader` gets a `q35` machine instead ([`Machine::Q35`]): every device
+//! on PCI (virtio-blk-pci, virtio-net-pci without option ROM, virtio-rng-pci), the disks with
+//! `bootindex` in boot order (the converter's disk order: `bootOrder`, then declaration order),
+//! ACPI (q35's own, with its power button) and the PC's i8042. The firmware is SeaBIOS (QEMU's
+//! default on q35; `useSerial` sets SeaBIOS's `etc/sercon-port` to COM1, so its screen goes to
+//! the serial console) or OVMF: its code a read-only pflash, its variables a writable pflash,
+//! the VM's own copy in the run directory. The firmware boots the disk's own boot loader; with
+//! `kernelBoot` QEMU hands it the kernel, initrd and command line (fw_cfg) instead.
 
 use std::path::{Path, PathBuf};
 
 use vmm::config::{ConsoleConfig, VmConfig};
+
+use crate::converter::boot::Firmware;
 
 /// Why a `VmConfig` cannot run on QEMU.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -34,18 +45,33 @@ pub enum Acpi {
     On,
 }
 
-/// Where QEMU's own sockets go.
+/// The machine QEMU emulates.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Machine {
+    /// `microvm`, every device on virtio-mmio, direct kernel boot (or none: guestless).
+    Microvm(Acpi),
+    /// `q35` with firmware, every device on PCI.
+    Q35(Firmware),
+}
+
+/// Where QEMU's own files go: its QMP socket, and for q35 the VM's copy of the OVMF variables
+/// and SeaBIOS's serial-console port (a 2-byte integer file).
 #[derive(Clone, Debug)]
 pub struct QemuPaths {
     pub qmp: PathBuf,
+    pub ovmf_vars: PathBuf,
+    pub sercon_port: PathBuf,
 }
+
+/// SeaBIOS's `etc/sercon-port`: COM1's I/O port, little-endian (`romfile_loadint`).
+pub const SERCON_PORT: [u8; 2] = 0x3f8u16.to_le_bytes();
 
 /// The arguments (after the program name).
 pub fn qemu_args(
     config: &VmConfig,
     paths: &QemuPaths,
     tsc_khz: Option<u64>,
-    acpi: Acpi,
+    machine: &Machine,
 ) -> Result<Vec<String>, ArgsError> {
     if config.vsock.is_some() {
         return Err(ArgsError::Unsupported(
@@ -55,11 +81,41 @@ pub fn qemu_args(
     }
     let mut args: Vec<String> = Vec::new();
     let mut push = |items: &[&str]| args.extend(items.iter().map(|s| s.to_string()));
-    let machine = match acpi {
-        Acpi::Off => "microvm,acpi=off",
-        Acpi::On => "microvm,acpi=on",
-    };
-    push(&["-M", machine, "-accel", "tcg", "-device", "i8042"]);
+    let q35 = matches!(machine, Machine::Q35(_));
+    match machine {
+        Machine::Microvm(Acpi::Off) => push(&["-M", "microvm,acpi=off"]),
+        Machine::Microvm(Acpi::On) => push(&["-M", "microvm,acpi=on"]),
+        Machine::Q35(_) => push(&["-M", "q35"]),
+    }
+    push(&["-accel", "tcg"]);
+    match machine {
+        // The PC's own i8042 is there already.
+        Machine::Q35(_) => {}
+        Machine::Microvm(_) => push(&["-device", "i8042"]),
+    }
+    match machine {
+        Machine::Microvm(_) | Machine::Q35(Firmware::SeaBios { serial: false }) => {}
+        Machine::Q35(Firmware::SeaBios { serial: true }) => push(&[
+            "-fw_cfg",
+            &format!("name=etc/sercon-port,file={}", escape(&paths.sercon_port)),
+        ]),
+        Machine::Q35(Firmware::Ovmf { code, .. }) => {
+            push(&[
+                "-drive",
+                &format!(
+                    "if=pflash,unit=0,format=raw,readonly=on,file={}",
+                    escape(code)
+                ),
+            ]);
+            push(&[
+                "-drive",
+                &format!(
+                    "if=pflash,unit=1,format=raw,file={}",
+                    escape(&paths.ovmf_vars)
+                ),
+            ]);
+        }
+    }
     push(&["-nodefaults", "-no-user-config", "-display", "none", "-S"]);
     let mib = config.memory.size.div_ceil(1 << 20);
     push(&["-m", &format!("{mib}M")]);
@@ -81,7 +137,7 @@ pub fn qemu_args(
     // halts the vCPU with interrupts off. QMP's stop, cont, quit and system_reset work on it.
     if !config.payload.guestless {
         let mut cmdline = config.payload.cmdline.clone();
-        if let Some(khz) = tsc_khz {
+        if let (Some(khz), false) = (tsc_khz, q35) {
             cmdline.push_str(&format!(" tsc_early_khz={khz}"));
         }
         cmdline.push_str(" panic=-1");
@@ -91,8 +147,24 @@ pub fn qemu_args(
         }
         push(&["-append", cmdline.trim()]);
     }
+    // The transport, and on q35 what the firmware boots from: the disks in their order.
+    let (blk, net, rng, bootindex) = if q35 {
+        ("virtio-blk-pci", "virtio-net-pci", "virtio-rng-pci", true)
+    } else {
+        (
+            "virtio-blk-device",
+            "virtio-net-device",
+            "virtio-rng-device",
+            false,
+        )
+    };
     for (index, disk) in config.disks.iter().enumerate() {
         let id = format!("disk{index}");
+        let boot = if bootindex {
+            format!(",bootindex={}", index + 1)
+        } else {
+            String::new()
+        };
         let readonly = if disk.readonly { ",readonly=on" } else { "" };
         push(&[
             "-drive",
@@ -103,29 +175,31 @@ pub fn qemu_args(
         ]);
         push(&[
             "-device",
-            &format!(
-                "virtio-blk-device,drive={id},serial={}",
-                serial_number(&disk.id)
-            ),
+            &format!("{blk},drive={id},serial={}{boot}", serial_number(&disk.id)),
         ]);
     }
-    for (index, net) in config.net.iter().enumerate() {
+    for (index, nic) in config.net.iter().enumerate() {
         let id = format!("net{index}");
         push(&[
             "-netdev",
-            &format!("tap,id={id},ifname={},script=no,downscript=no", net.tap),
+            &format!("tap,id={id},ifname={},script=no,downscript=no", nic.tap),
         ]);
         push(&[
             "-device",
-            &format!("virtio-net-device,netdev={id},mac={}", net.mac),
+            &format!(
+                "{net},netdev={id},mac={}{}",
+                nic.mac,
+                // No iPXE option ROM: the firmware boots the disks, never the network.
+                if q35 { ",romfile=" } else { "" }
+            ),
         ]);
     }
-    if let Some(rng) = &config.rng {
+    if let Some(source) = &config.rng {
         push(&[
             "-object",
-            &format!("rng-random,id=rng0,filename={}", escape(&rng.src)),
+            &format!("rng-random,id=rng0,filename={}", escape(&source.src)),
         ]);
-        push(&["-device", "virtio-rng-device,rng=rng0"]);
+        push(&["-device", &format!("{rng},rng=rng0")]);
     }
     Ok(args)
 }
@@ -206,6 +280,8 @@ mod tests {
     fn paths() -> QemuPaths {
         QemuPaths {
             qmp: "/run/qmp.sock".into(),
+            ovmf_vars: "/run/OVMF_VARS.fd".into(),
+            sercon_port: "/run/sercon-port".into(),
         }
     }
 
@@ -215,7 +291,13 @@ mod tests {
 
     #[test]
     fn translation() {
-        let args = qemu_args(&config(), &paths(), Some(2_600_000), Acpi::Off).unwrap();
+        let args = qemu_args(
+            &config(),
+            &paths(),
+            Some(2_600_000),
+            &Machine::Microvm(Acpi::Off),
+        )
+        .unwrap();
         let cases = [
             ("-M", "microvm,acpi=off"),
             ("-device", "i8042"),
@@ -274,7 +356,13 @@ mod tests {
             rng: None,
             ..config()
         };
-        let args = qemu_args(&guestless, &paths(), Some(2_600_000), Acpi::Off).unwrap();
+        let args = qemu_args(
+            &guestless,
+            &paths(),
+            Some(2_600_000),
+            &Machine::Microvm(Acpi::Off),
+        )
+        .unwrap();
         for flag in ["-kernel", "-initrd", "-append", "-bios", "-drive"] {
             assert!(!args.contains(&flag.to_string()), "{flag} in {args:?}");
         }
@@ -298,10 +386,92 @@ mod tests {
             (Acpi::Off, "microvm,acpi=off"),
             (Acpi::On, "microvm,acpi=on"),
         ] {
-            let args = qemu_args(&config(), &paths(), None, acpi).unwrap();
+            let args = qemu_args(&config(), &paths(), None, &Machine::Microvm(acpi)).unwrap();
             assert!(has_pair(&args, "-M", machine), "{args:?}");
             // The i8042 stays: Ctrl-Alt-Del is the graceful shutdown either way.
             assert!(has_pair(&args, "-device", "i8042"), "{args:?}");
+        }
+    }
+
+    fn ovmf() -> Machine {
+        Machine::Q35(Firmware::Ovmf {
+            code: "/usr/share/OVMF/OVMF_CODE_4M.fd".into(),
+            vars_template: "/usr/share/OVMF/OVMF_VARS_4M.fd".into(),
+        })
+    }
+
+    #[test]
+    fn firmware_gets_q35_pci_devices_and_boot_indexes() {
+        let firmware_boot = VmConfig {
+            payload: PayloadConfig::guestless(),
+            ..config()
+        };
+        let seabios = Machine::Q35(Firmware::SeaBios { serial: false });
+        let sercon = Machine::Q35(Firmware::SeaBios { serial: true });
+        for machine in [&seabios, &sercon, &ovmf()] {
+            let args = qemu_args(&firmware_boot, &paths(), Some(2_600_000), machine).unwrap();
+            for (flag, value) in [
+                ("-M", "q35"),
+                ("-accel", "tcg"),
+                ("-serial", "chardev:serial0"),
+                (
+                    "-device",
+                    "virtio-blk-pci,drive=disk0,serial=root,bootindex=1",
+                ),
+                (
+                    "-device",
+                    "virtio-blk-pci,drive=disk1,serial=cloudinitdisk,bootindex=2",
+                ),
+                (
+                    "-device",
+                    "virtio-net-pci,netdev=net0,mac=02:00:00:00:00:01,romfile=",
+                ),
+                ("-device", "virtio-rng-pci,rng=rng0"),
+            ] {
+                assert!(
+                    has_pair(&args, flag, value),
+                    "{flag} {value} missing from {args:?}"
+                );
+            }
+            // The firmware boots the disk: no kernel of QEMU's, no microvm devices.
+            for absent in ["-kernel", "-initrd", "-append", "i8042", "-bios"] {
+                assert!(!args.contains(&absent.to_string()), "{absent} in {args:?}");
+            }
+            assert!(args.contains(&"-S".to_string()));
+        }
+        let sercon_arg = ("-fw_cfg", "name=etc/sercon-port,file=/run/sercon-port");
+        let args = qemu_args(&firmware_boot, &paths(), None, &sercon).unwrap();
+        assert!(has_pair(&args, sercon_arg.0, sercon_arg.1), "{args:?}");
+        let args = qemu_args(&firmware_boot, &paths(), None, &seabios).unwrap();
+        assert!(!args.contains(&"-fw_cfg".to_string()), "{args:?}");
+        assert!(!args.iter().any(|a| a.contains("pflash")), "{args:?}");
+        let args = qemu_args(&firmware_boot, &paths(), None, &ovmf()).unwrap();
+        for value in [
+            "if=pflash,unit=0,format=raw,readonly=on,file=/usr/share/OVMF/OVMF_CODE_4M.fd",
+            // The VM's own copy of the variables, never the template.
+            "if=pflash,unit=1,format=raw,file=/run/OVMF_VARS.fd",
+        ] {
+            assert!(
+                has_pair(&args, "-drive", value),
+                "{value} missing from {args:?}"
+            );
+        }
+        assert_eq!(SERCON_PORT, [0xf8, 0x03]);
+    }
+
+    #[test]
+    fn firmware_with_kernel_boot_hands_the_kernel_to_it() {
+        let args = qemu_args(&config(), &paths(), Some(2_600_000), &ovmf()).unwrap();
+        for (flag, value) in [
+            ("-kernel", "/k/vmlinux"),
+            ("-initrd", "/k/initrd"),
+            // No microvm TSC workaround on the PC machine.
+            ("-append", "console=ttyS0 root=/dev/vda rw panic=-1"),
+        ] {
+            assert!(
+                has_pair(&args, flag, value),
+                "{flag} {value} missing from {args:?}"
+            );
         }
     }
 
@@ -313,8 +483,13 @@ mod tests {
             (ConsoleConfig::Tty, "stdio"),
         ];
         for (serial, want) in cases {
-            let args =
-                qemu_args(&VmConfig { serial, ..config() }, &paths(), None, Acpi::Off).unwrap();
+            let args = qemu_args(
+                &VmConfig { serial, ..config() },
+                &paths(),
+                None,
+                &Machine::Microvm(Acpi::Off),
+            )
+            .unwrap();
             assert!(has_pair(&args, "-serial", want), "{args:?}");
             assert!(!args.iter().any(|a| a.contains("tsc_early_khz")));
         }
@@ -330,13 +505,13 @@ mod tests {
             ..config()
         };
         assert!(matches!(
-            qemu_args(&vsock, &paths(), None, Acpi::Off),
+            qemu_args(&vsock, &paths(), None, &Machine::Microvm(Acpi::Off)),
             Err(ArgsError::Unsupported("vsock", _))
         ));
         let console = VmConfig {
             console: ConsoleConfig::Null,
             ..config()
         };
-        assert!(qemu_args(&console, &paths(), None, Acpi::Off).is_err());
+        assert!(qemu_args(&console, &paths(), None, &Machine::Microvm(Acpi::Off)).is_err());
     }
 }

@@ -1,10 +1,13 @@
 //! The QEMU TCG backend: `qemu-system-x86_64 -M microvm -accel tcg` as a child process,
-//! controlled over QMP.
+//! controlled over QMP; `-M q35` with firmware (SeaBIOS or OVMF) for `firmware.bootloader`.
 //!
 //! Start: check that QEMU is on `PATH` and that the kernel (none for a guestless VM: microvm's
 //! firmware runs, finds nothing and halts), initramfs and disk files exist;
 //! spawn QEMU with its vCPUs stopped (`-S`); wait (with a deadline) for its QMP socket and
-//! negotiate. The caller then connects the console relay to the serial socket and calls
+//! negotiate. Firmware on q35 needs its files first: OVMF's code and variables template (a
+//! missing one names Debian's `ovmf`), the VM's own copy of the variables in the run directory
+//! (fresh at each start, as KubeVirt's non-persistent EFI), and SeaBIOS's serial-port file for
+//! `useSerial`. The caller then connects the console relay to the serial socket and calls
 //! [`Backend::resume`], so the first console byte is not lost.
 //!
 //! Control: pause is QMP `stop`, resume `cont`, reset `system_reset`, forced stop `quit` (then
@@ -13,8 +16,9 @@
 //! launcher presses Ctrl-Alt-Del on the i8042 keyboard (QMP `send-key`): Linux signals init,
 //! which shuts the system down and reboots (busybox init runs its `ctrlaltdel` action, systemd
 //! its `ctrl-alt-del.target`). While a shutdown is pending a guest reset is the end of the
-//! shutdown: the launcher then quits QEMU. `system_powerdown` is sent too, for guests that boot
-//! with ACPI (a distribution kernel from the user's disk).
+//! shutdown: the launcher then quits QEMU. A machine with ACPI (a distribution kernel from the
+//! user's disk, firmware on q35) gets the power button of `system_powerdown` alone, as libvirt
+//! sends it: with Ctrl-Alt-Del too, systemd would run its reboot beside the power-off.
 //!
 //! Death: [`Backend::poll`] reaps QEMU without blocking. The exit reason comes from the last
 //! QMP `SHUTDOWN` event (guest power-off, host quit) or, when QEMU died without one, from its
@@ -22,7 +26,7 @@
 
 pub mod args;
 
-pub use args::Acpi;
+pub use args::{Acpi, Machine};
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -67,6 +71,10 @@ pub enum QemuStartError {
     QmpTimeout(Duration, String),
     #[error("QMP handshake")]
     Qmp(#[source] QmpError),
+    #[error("the OVMF firmware file {0} does not exist (install the Debian package ovmf)")]
+    OvmfMissing(PathBuf),
+    #[error("cannot write the firmware file {0}")]
+    FirmwareFile(PathBuf, #[source] std::io::Error),
 }
 
 /// A running QEMU.
@@ -80,6 +88,8 @@ pub struct QemuVm {
     /// The VMI's disk names, by QEMU drive index (`disk<N>`).
     disk_names: Vec<String>,
     shutting_down: bool,
+    /// The machine has ACPI, so a graceful shutdown is its power button alone.
+    acpi: bool,
     /// Set by [`Backend::kill`]: why the host stopped the VM.
     host_stop: Option<String>,
     /// Set by a guest-initiated `SHUTDOWN` event.
@@ -122,8 +132,12 @@ pub fn host_tsc_khz(cpuinfo: &str) -> Option<u64> {
 
 impl QemuVm {
     /// Starts QEMU for `config` with its vCPUs stopped; QEMU's sockets go to `run_dir`.
-    pub fn start(config: &VmConfig, run_dir: &Path, acpi: Acpi) -> Result<QemuVm, QemuStartError> {
-        Self::start_with(config, run_dir, acpi, false)
+    pub fn start(
+        config: &VmConfig,
+        run_dir: &Path,
+        machine: &Machine,
+    ) -> Result<QemuVm, QemuStartError> {
+        Self::start_with(config, run_dir, machine, false)
     }
 
     /// Starts QEMU for `config` waiting for an incoming migration (`-incoming defer`: the
@@ -131,15 +145,15 @@ impl QemuVm {
     pub fn start_incoming(
         config: &VmConfig,
         run_dir: &Path,
-        acpi: Acpi,
+        machine: &Machine,
     ) -> Result<QemuVm, QemuStartError> {
-        Self::start_with(config, run_dir, acpi, true)
+        Self::start_with(config, run_dir, machine, true)
     }
 
     fn start_with(
         config: &VmConfig,
         run_dir: &Path,
-        acpi: Acpi,
+        machine: &Machine,
         incoming: bool,
     ) -> Result<QemuVm, QemuStartError> {
         let qemu = find_in_path(QEMU_BINARY).ok_or(QemuStartError::QemuMissing)?;
@@ -147,13 +161,16 @@ impl QemuVm {
         std::fs::create_dir_all(run_dir).map_err(|e| QemuStartError::RunDir(run_dir.into(), e))?;
         let paths = args::QemuPaths {
             qmp: run_dir.join("qmp.sock"),
+            ovmf_vars: run_dir.join("OVMF_VARS.fd"),
+            sercon_port: run_dir.join("sercon-port"),
         };
+        prepare_firmware(machine, &paths)?;
         let _ = std::fs::remove_file(&paths.qmp);
         if let vmm::config::ConsoleConfig::Socket { path } = &config.serial {
             let _ = std::fs::remove_file(path);
         }
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        let mut arguments = args::qemu_args(config, &paths, host_tsc_khz(&cpuinfo), acpi)?;
+        let mut arguments = args::qemu_args(config, &paths, host_tsc_khz(&cpuinfo), machine)?;
         if incoming {
             arguments.extend(["-incoming".to_string(), "defer".to_string()]);
         }
@@ -181,6 +198,7 @@ impl QemuVm {
                 io_error: None,
                 disk_names: config.disks.iter().map(|d| d.id.clone()).collect(),
                 shutting_down: false,
+                acpi: !matches!(machine, Machine::Microvm(args::Acpi::Off)),
                 host_stop: None,
                 guest_shutdown: false,
                 guest_rebooted: false,
@@ -237,6 +255,32 @@ impl QemuVm {
                 }
                 _ => {}
             }
+        }
+    }
+}
+
+/// The files the firmware of `machine` needs: OVMF's (checked; the variables copied for this VM)
+/// or SeaBIOS's serial port.
+fn prepare_firmware(machine: &Machine, paths: &args::QemuPaths) -> Result<(), QemuStartError> {
+    use crate::converter::Firmware;
+    match machine {
+        Machine::Microvm(_) | Machine::Q35(Firmware::SeaBios { serial: false }) => Ok(()),
+        Machine::Q35(Firmware::SeaBios { serial: true }) => {
+            std::fs::write(&paths.sercon_port, args::SERCON_PORT)
+                .map_err(|e| QemuStartError::FirmwareFile(paths.sercon_port.clone(), e))
+        }
+        Machine::Q35(Firmware::Ovmf {
+            code,
+            vars_template,
+        }) => {
+            for file in [code, vars_template] {
+                if !file.is_file() {
+                    return Err(QemuStartError::OvmfMissing(file.clone()));
+                }
+            }
+            std::fs::copy(vars_template, &paths.ovmf_vars)
+                .map_err(|e| QemuStartError::FirmwareFile(paths.ovmf_vars.clone(), e))?;
+            Ok(())
         }
     }
 }
@@ -322,6 +366,12 @@ impl Backend for QemuVm {
         }
         self.shutting_down = true;
         let powerdown = self.execute("system_powerdown", None);
+        if self.acpi {
+            // Ctrl-Alt-Del as well would race the button: systemd starts reboot.target for
+            // it, and a reboot that wins restarts the guest instead of ending it (seen with the
+            // Debian image on microvm with ACPI: both jobs ran and it rebooted).
+            return powerdown;
+        }
         let keys = json!({ "keys": [
             { "type": "qcode", "data": "ctrl" },
             { "type": "qcode", "data": "alt" },
