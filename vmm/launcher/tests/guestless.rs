@@ -4,7 +4,7 @@
 //! starts QEMU without a kernel; the domain is Running and stays so (microvm's firmware finds
 //! nothing to boot and halts); Pause and Unpause work; Shutdown, which nothing in the guest
 //! answers, stops it when its grace period ends. Needs QEMU (`qemu-system-x86_64`), not the
-//! guest images: `cargo test -p launcher --test guestless`.
+//! guest images: `cargo test -p launcher --features qemu --test guestless`.
 
 mod common;
 
@@ -236,8 +236,9 @@ async fn a_guestless_vmi_is_killed_at_once() {
     assert_eq!(
         domain.state,
         DomainState::Running as i32,
-        "{}",
-        domain.reason
+        "{}\nlauncher log:\n{}",
+        domain.reason,
+        process.log_text()
     );
     let pid = domain.stats.expect("stats").vmm_pid;
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -245,12 +246,21 @@ async fn a_guestless_vmi_is_killed_at_once() {
     let off = client
         .kill(v1::VmiRequest::default())
         .await
-        .expect("Kill")
+        .unwrap_or_else(|status| panic!("Kill: {status}\nlauncher log:\n{}", process.log_text()))
         .into_inner()
         .domain
         .expect("domain");
     println!("Kill took {:?}", started.elapsed());
-    assert_eq!(off.state, DomainState::Shutoff as i32, "{}", off.reason);
-    assert_eq!(off.reason, "killed by the handler");
-    assert!(!alive(pid), "QEMU still runs after Kill");
+    let log = process.log_text();
+    assert_eq!(
+        off.state,
+        DomainState::Shutoff as i32,
+        "{}\nlauncher log:\n{log}",
+        off.reason
+    );
+    assert_eq!(off.reason, "killed by the handler", "launcher log:\n{log}");
+    assert!(
+        !alive(pid),
+        "QEMU {pid} still runs after Kill; launcher log:\n{log}"
+    );
 }

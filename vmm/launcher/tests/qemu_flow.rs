@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -15,34 +14,13 @@ use v1::DomainState;
 
 const USER_DATA_LINE: &str = "printed from cloud-init userdata";
 
-/// The `vmi-nocloud.yaml` fixture, with a user-data script that also starts a console counter.
-pub fn nocloud_vmi() -> serde_json::Value {
-    let shared = std::env::var_os("FERROVIRT_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"));
-    let path = shared.join("fixtures/kubevirt-examples/vmi-nocloud.yaml");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "cannot read {} ({e}): set FERROVIRT_SHARED to the project's shared/",
-            path.display()
-        )
-    });
-    let mut vmi: serde_json::Value = serde_yaml::from_str(&text).expect("vmi-nocloud.yaml is YAML");
-    vmi["metadata"]["namespace"] = "default".into();
-    vmi["metadata"]["uid"] = "6f0ac2d4-launcher-test".into();
+/// [`nocloud_vmi`] with a user-data script that also starts a console counter.
+pub fn counting_nocloud_vmi() -> serde_json::Value {
     let user_data = format!(
         "#!/bin/sh\necho '{USER_DATA_LINE}'\n\
          ( i=0; while true; do i=$((i+1)); echo \"ferrovirt-tick $i\" >/dev/console; sleep 0.3; done ) </dev/null >/dev/null 2>&1 &\n"
     );
-    let volumes = vmi["spec"]["volumes"].as_array_mut().expect("volumes");
-    for volume in volumes {
-        if volume.get("cloudInitNoCloud").is_some() {
-            volume["cloudInitNoCloud"]["userData"] = user_data.clone().into();
-        }
-    }
-    // The pod network needs a network namespace of its own: tests/network.rs covers it.
-    vmi["spec"]["domain"]["devices"]["autoattachPodInterface"] = false.into();
-    vmi
+    nocloud_vmi("6f0ac2d4-launcher-test", &user_data)
 }
 
 fn sha_of(path: &std::path::Path) -> Vec<u8> {
@@ -77,7 +55,7 @@ async fn nocloud_vmi_on_qemu_tcg() {
 
     let console = ConsoleReader::connect(&dirs);
     let started = Instant::now();
-    let vmi = nocloud_vmi();
+    let vmi = counting_nocloud_vmi();
     let synced = client
         .sync_vmi(v1::SyncVmiRequest {
             vmi_json: serde_json::to_vec(&vmi).expect("json"),

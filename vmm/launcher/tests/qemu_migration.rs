@@ -20,31 +20,16 @@ use v1::{DomainState, MigrationStatus};
 
 const DISK_MARKER: &str = "ferrovirt-emptydisk-marker-5c1e";
 
-/// The `vmi-nocloud.yaml` fixture whose user-data prints `fv-count N UPTIME TOKEN` lines and
-/// writes [`DISK_MARKER`] at the start of the emptyDisk (`/dev/vdc`).
+/// [`nocloud_vmi`] whose user-data prints `fv-count N UPTIME TOKEN` lines and writes
+/// [`DISK_MARKER`] at the start of the emptyDisk (`/dev/vdc`).
 fn counting_vmi() -> serde_json::Value {
-    let shared = std::env::var_os("FERROVIRT_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"));
-    let path = shared.join("fixtures/kubevirt-examples/vmi-nocloud.yaml");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("cannot read {} ({e}): set FERROVIRT_SHARED", path.display()));
-    let mut vmi: serde_json::Value = serde_yaml::from_str(&text).expect("vmi-nocloud.yaml is YAML");
-    vmi["metadata"]["namespace"] = "default".into();
-    vmi["metadata"]["uid"] = "7d2a1f3c-migration-test".into();
     let user_data = format!(
         "#!/bin/sh\n\
          head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \\n' > /tmp/fv-token\n\
          echo {DISK_MARKER} > /dev/vdc; sync\n\
          ( i=0; while true; do i=$((i+1)); echo \"fv-count $i $(cut -d' ' -f1 /proc/uptime) $(cat /tmp/fv-token)\" >/dev/console; sleep 0.3; done ) </dev/null >/dev/null 2>&1 &\n"
     );
-    for volume in vmi["spec"]["volumes"].as_array_mut().expect("volumes") {
-        if volume.get("cloudInitNoCloud").is_some() {
-            volume["cloudInitNoCloud"]["userData"] = user_data.clone().into();
-        }
-    }
-    vmi["spec"]["domain"]["devices"]["autoattachPodInterface"] = false.into();
-    vmi
+    nocloud_vmi("7d2a1f3c-migration-test", &user_data)
 }
 
 /// One `fv-count` line: counter, guest uptime in seconds, RAM token.

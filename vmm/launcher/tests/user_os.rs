@@ -126,8 +126,8 @@ async fn a_partitioned_cloud_image_boots_its_own_kernel() {
         "another kernel booted:\n{text}"
     );
 
-    // With ACPI tables the stock kernel still finds the i8042 (through ACPI PnP): the graceful
-    // shutdown (Ctrl-Alt-Del, plus the ACPI power button) reaches the image's init.
+    // With ACPI tables the graceful shutdown is the ACPI power button, which acpid in the
+    // image's userland answers with a power-off.
     let off = client
         .shutdown(v1::ShutdownRequest {
             vmi: String::new(),

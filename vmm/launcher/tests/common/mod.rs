@@ -4,8 +4,9 @@
 #![allow(dead_code)]
 
 pub mod cloud_image;
+pub mod debian_cloud;
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -30,6 +31,44 @@ pub fn artifacts() -> Artifacts {
 }
 
 /// QEMU must be installed: the test fails, naming what installs it, when it is not.
+/// The VMI of the launcher's QEMU tests, the shape of KubeVirt's `vmi-nocloud.yaml` example
+/// written out here: a containerDisk root, a cloudInitNoCloud seed whose userData is
+/// `user_data`, a 2 GiB emptyDisk, 128 MiB, no grace period, no pod interface (the pod network
+/// needs a network namespace of its own: tests/network.rs covers it).
+pub fn nocloud_vmi(uid: &str, user_data: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": {
+            "name": "vmi-nocloud",
+            "namespace": "default",
+            "uid": uid,
+            "labels": { "special": "vmi-nocloud" }
+        },
+        "spec": {
+            "domain": {
+                "devices": {
+                    "autoattachPodInterface": false,
+                    "disks": [
+                        { "name": "containerdisk", "disk": { "bus": "virtio" } },
+                        { "name": "cloudinitdisk", "disk": { "bus": "virtio" } },
+                        { "name": "emptydisk", "disk": { "bus": "virtio" } }
+                    ]
+                },
+                "memory": { "guest": "128Mi" },
+                "resources": {}
+            },
+            "terminationGracePeriodSeconds": 0,
+            "volumes": [
+                { "name": "containerdisk",
+                  "containerDisk": { "image": "registry:5000/kubevirt/cirros-container-disk-demo:devel" } },
+                { "name": "cloudinitdisk", "cloudInitNoCloud": { "userData": user_data } },
+                { "name": "emptydisk", "emptyDisk": { "capacity": "2Gi" } }
+            ]
+        }
+    })
+}
+
 pub fn require_qemu() {
     assert!(
         launcher::backend::qemu::find_in_path("qemu-system-x86_64").is_some(),
@@ -250,6 +289,7 @@ pub fn notify_server(
 /// A reader of `console-sock`: a thread appends everything to a buffer; waits have deadlines.
 pub struct ConsoleReader {
     text: Arc<Mutex<String>>,
+    input: Mutex<UnixStream>,
 }
 
 impl ConsoleReader {
@@ -257,6 +297,7 @@ impl ConsoleReader {
         let mut stream =
             UnixStream::connect(dirs.sockets().join(contract::sockets::CONSOLE_SOCKET))
                 .expect("connect console-sock");
+        let input = Mutex::new(stream.try_clone().expect("clone console-sock"));
         let text = Arc::new(Mutex::new(String::new()));
         let sink = Arc::clone(&text);
         std::thread::spawn(move || {
@@ -270,7 +311,15 @@ impl ConsoleReader {
                 }
             }
         });
-        ConsoleReader { text }
+        ConsoleReader { text, input }
+    }
+
+    /// Types `text` on the console (bytes a client writes go to the guest's serial port).
+    pub fn send(&self, text: &str) {
+        let mut input = self.input.lock().expect("console input");
+        input
+            .write_all(text.as_bytes())
+            .expect("write to console-sock");
     }
 
     pub fn text(&self) -> String {

@@ -1,0 +1,147 @@
+//! The Debian 12 cloud image that `guest-images/debian-cloud/build.sh` builds from Debian
+//! packages (systemd, cloud-init, Debian's cloud kernel and its initramfs-tools initramfs,
+//! grub.cfg by grub-mkconfig), found in its cache.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use super::{ConsoleReader, LauncherProcess};
+
+/// The command that builds the image.
+pub const BUILD_COMMAND: &str = "guest-images/debian-cloud/build.sh";
+
+/// The built image and what `info.txt` says of it.
+pub struct DebianCloudImage {
+    pub disk: PathBuf,
+    /// `6.1.0-57-cloud-amd64`
+    pub kernel_release: String,
+    pub root_uuid: String,
+}
+
+/// The image of the last successful build (`<cache>/debian-cloud/current`), or a failure that
+/// names the command that builds it.
+pub fn debian_cloud_image() -> DebianCloudImage {
+    let cache = std::env::var_os("FERROVIRT_GUEST_IMAGES_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(guest_images::artifacts::DEFAULT_CACHE_DIR));
+    let dir = cache.join("debian-cloud/current");
+    let missing = |what: &str| -> ! {
+        panic!(
+            "the Debian cloud image is missing ({what}): build it with `{BUILD_COMMAND}` (as root)"
+        )
+    };
+    let disk = dir.join("disk.img");
+    if !disk.exists() {
+        missing(&disk.display().to_string());
+    }
+    let info_path = dir.join("info.txt");
+    let info = std::fs::read_to_string(&info_path)
+        .unwrap_or_else(|e| missing(&format!("{}: {e}", info_path.display())));
+    let info: BTreeMap<&str, &str> = info.lines().filter_map(|l| l.split_once('=')).collect();
+    let field = |name: &str| {
+        info.get(name)
+            .map(|v| v.to_string())
+            .unwrap_or_else(|| missing(&format!("{name} in {}", info_path.display())))
+    };
+    DebianCloudImage {
+        kernel_release: field("kernel_release"),
+        root_uuid: field("root_uuid"),
+        disk,
+    }
+}
+
+pub const USER: &str = "fvuser";
+pub const PASSWORD: &str = "fv-Secret-42";
+/// What the userData's runcmd prints to /dev/console: computed by the guest's shell, so the
+/// console shows it only if the command ran.
+pub const RUNCMD_MARKER: &str = "ferrovirt-runcmd-42";
+pub const USER_DATA: &str = r#"#cloud-config
+users:
+  - name: fvuser
+    lock_passwd: false
+    shell: /bin/bash
+chpasswd:
+  expire: false
+  users:
+    - name: fvuser
+      password: fv-Secret-42
+      type: text
+runcmd:
+  - [ sh, -c, 'echo "ferrovirt-runcmd-$((40 + 2))" > /dev/console' ]
+"#;
+
+/// The VMI of the image: the image as a containerDisk, the userData above as its cloud-init
+/// seed, no network; `firmware` is its `spec.domain.firmware`, when it has one.
+pub fn debian_vmi(name: &str, firmware: Option<serde_json::Value>) -> serde_json::Value {
+    let mut vmi = serde_json::json!({
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": { "name": name, "namespace": "default", "uid": format!("4d2b7c1e-{name}") },
+        "spec": {
+            "domain": {
+                "devices": {
+                    "autoattachPodInterface": false,
+                    "disks": [
+                        { "name": "rootdisk", "disk": { "bus": "virtio" } },
+                        { "name": "cloudinit", "disk": { "bus": "virtio" } }
+                    ]
+                },
+                "memory": { "guest": "1Gi" }
+            },
+            "volumes": [
+                { "name": "rootdisk", "containerDisk": { "image": "registry/debian-12-genericcloud:latest" } },
+                { "name": "cloudinit", "cloudInitNoCloud": { "userData": USER_DATA } }
+            ]
+        }
+    });
+    if let Some(firmware) = firmware {
+        vmi["spec"]["domain"]["firmware"] = firmware;
+    }
+    vmi
+}
+
+/// Waits until the console shows `needle` after byte `from` of its text; returns where it ends.
+pub fn wait_after(
+    console: &ConsoleReader,
+    from: usize,
+    needle: &str,
+    timeout: Duration,
+    process: &LauncherProcess,
+) -> usize {
+    let start = Instant::now();
+    loop {
+        let text = console.text();
+        if let Some(at) = text.get(from..).and_then(|t| t.find(needle)) {
+            return from + at + needle.len();
+        }
+        if start.elapsed() > timeout {
+            let tail: String = text
+                .chars()
+                .skip(text.chars().count().saturating_sub(4000))
+                .collect();
+            panic!(
+                "{needle:?} not on the console within {timeout:?}; console tail:\n{tail}\n\
+                 launcher log:\n{}",
+                process.log_text()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The first whole console line after byte `from` that contains `needle`, once its end (the
+/// newline) has arrived too: a line read as soon as it starts can be cut short.
+pub fn console_line(
+    console: &ConsoleReader,
+    from: usize,
+    needle: &str,
+    timeout: Duration,
+    process: &LauncherProcess,
+) -> String {
+    let at = wait_after(console, from, needle, timeout, process);
+    let end = wait_after(console, at, "\n", timeout, process);
+    let text = console.text();
+    let start = text[..at].rfind('\n').map_or(0, |n| n + 1);
+    text[start..end].trim().to_string()
+}

@@ -1,0 +1,190 @@
+//! Firmware boots the user's own OS (ARCHITECTURE.md, "How a VM boots", step 3): the Debian 12
+//! cloud image that `guest-images/debian-cloud/build.sh` builds, with
+//! `firmware.bootloader.bios` (SeaBIOS, which runs grub's boot.img and i386-pc core image from
+//! the image's BIOS boot partition) and with `firmware.bootloader.efi.secureBoot: false`
+//! (OVMF, which runs grub's `EFI/BOOT/BOOTX64.EFI` from the image's EFI system partition), on
+//! QEMU TCG's q35 machine, driven over gRPC as virt-handler drives it. In both the grub on the
+//! disk reads the image's own `/boot/grub/grub.cfg` and boots Debian's kernel; the test checks,
+//! on the serial console, the firmware's own output (SeaBIOS's banner, OVMF's boot manager), grub,
+//! Debian's kernel banner started by grub, the `login:` prompt and the runcmd of the
+//! userData (cloud-init ran), that the boot report names the firmware, and prints the time
+//! from SyncVMI to the login prompt (TCG: minutes; printed, never asserted). A launcher whose
+//! OVMF files are missing fails SyncVMI, naming the file and the Debian package `ovmf`.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::debian_cloud::{
+    console_line, debian_cloud_image, debian_vmi, wait_after, RUNCMD_MARKER,
+};
+use common::*;
+use contract::proto::v1;
+use v1::DomainState;
+
+/// One TCG boot at a time: the two firmware boots would share two cores otherwise.
+static ONE_BOOT_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Boots the image with `firmware` and checks it up to the login prompt and the runcmd marker;
+/// the boot report must start with `report`, the console show `firmware_says` first (if any).
+async fn boots_to_login(
+    name: &str,
+    firmware: serde_json::Value,
+    report: &str,
+    firmware_says: &str,
+) {
+    require_qemu();
+    let image = debian_cloud_image();
+    let artifacts = artifacts();
+    let _one = ONE_BOOT_AT_A_TIME.lock().await;
+    let dirs = TestDirs::new(name);
+    dirs.container_disk("rootdisk", &image.disk);
+
+    let process = LauncherProcess::start_with_guest(&dirs, &artifacts);
+    let mut client = client(&dirs).await;
+    let console = ConsoleReader::connect(&dirs);
+    let synced = Instant::now();
+    let vmi = debian_vmi(&format!("vmi-{name}"), Some(firmware));
+    let domain = match sync_emulated(&mut client, serde_json::to_vec(&vmi).expect("json"), "").await
+    {
+        Ok(response) => response.domain.expect("domain"),
+        Err(status) => panic!(
+            "SyncVMI failed: {status}\nlauncher log:\n{}",
+            process.log_text()
+        ),
+    };
+    println!(
+        "{name}: SyncVMI took {:?}; boot: {}",
+        synced.elapsed(),
+        domain.boot
+    );
+    assert_eq!(domain.boot_origin, v1::BootOrigin::UserDisk as i32);
+    assert!(
+        domain.boot.starts_with(report),
+        "the boot report {:?} does not start with {report:?}",
+        domain.boot
+    );
+    assert!(domain.boot.contains("disk rootdisk"), "{}", domain.boot);
+    assert_eq!(domain.backend, v1::Backend::QemuTcg as i32);
+    let log = process.log_text();
+    assert!(log.contains("-M q35"), "QEMU is not a q35 machine:\n{log}");
+    wait_state(&mut client, DomainState::Running, Duration::from_secs(60)).await;
+
+    // Firmware, grub, Debian's kernel, systemd and cloud-init, all under TCG: generous deadlines.
+    let boot = Duration::from_secs(1200);
+    let release = &image.kernel_release;
+    // The firmware itself on the serial console, then grub from the disk.
+    let firmware_spoke = wait_after(&console, 0, firmware_says, boot, &process);
+    let grub = wait_after(&console, firmware_spoke, "Welcome to GRUB!", boot, &process);
+    println!("{name}: grub {:?} after SyncVMI", synced.elapsed());
+    let banner = wait_after(
+        &console,
+        grub,
+        &format!("Linux version {release}"),
+        boot,
+        &process,
+    );
+    println!(
+        "{name}: Debian's kernel banner {:?} after SyncVMI",
+        synced.elapsed()
+    );
+    // grub's own menu entry, from the image's grub.cfg, started it.
+    let command_line = console_line(&console, banner, "Command line:", boot, &process);
+    println!("{name}: {command_line}");
+    assert!(
+        command_line.contains(&format!("BOOT_IMAGE=/boot/vmlinuz-{release}")),
+        "not booted by grub: {command_line:?}"
+    );
+    assert!(
+        command_line.contains(&format!("root=UUID={}", image.root_uuid)),
+        "{command_line:?}"
+    );
+    wait_after(&console, banner, "login: ", boot, &process);
+    println!("{name}: login prompt {:?} after SyncVMI", synced.elapsed());
+    wait_after(&console, banner, RUNCMD_MARKER, boot, &process);
+    println!(
+        "{name}: the runcmd marker {:?} after SyncVMI",
+        synced.elapsed()
+    );
+    if std::env::var_os("FERROVIRT_SHOW_CONSOLE").is_some() {
+        println!("console:\n{}", console.text());
+    }
+    // Only Debian's kernel booted, once.
+    let text = console.text();
+    let banners: Vec<_> = text
+        .lines()
+        .filter(|l| l.contains("Linux version "))
+        .collect();
+    assert!(
+        banners.iter().all(|l| l.contains(release.as_str())),
+        "another kernel booted: {banners:?}"
+    );
+    client
+        .kill(v1::VmiRequest { vmi: String::new() })
+        .await
+        .expect("Kill");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seabios_boots_the_debian_image_from_its_bios_boot_partition() {
+    boots_to_login(
+        "seabios",
+        serde_json::json!({ "bootloader": { "bios": { "useSerial": true } } }),
+        "firmware: SeaBIOS, its output on the serial console, booting the boot loader of disk \
+         rootdisk",
+        // SeaBIOS's banner: useSerial put its screen on the serial port.
+        "SeaBIOS (version",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ovmf_boots_the_debian_image_from_its_efi_system_partition() {
+    boots_to_login(
+        "ovmf",
+        serde_json::json!({ "bootloader": { "efi": { "secureBoot": false } } }),
+        "firmware: OVMF (UEFI), Secure Boot off, booting the boot loader of disk rootdisk",
+        // OVMF's boot manager starting the disk's removable-media loader.
+        "BdsDxe: starting",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_ovmf_files_syncvmi_fails_naming_the_package() {
+    require_qemu();
+    let image = debian_cloud_image();
+    let artifacts = artifacts();
+    let dirs = TestDirs::new("no-ovmf");
+    dirs.container_disk("rootdisk", &image.disk);
+    let missing = dirs.root.join("no-ovmf-here");
+    let missing_flag = missing.display().to_string();
+    let process = LauncherProcess::start(
+        &dirs,
+        &artifacts.vmlinux(),
+        Some(&artifacts.initramfs()),
+        &["--ovmf-dir", &missing_flag],
+    );
+    let mut client = client(&dirs).await;
+    let vmi = debian_vmi(
+        "vmi-no-ovmf",
+        Some(serde_json::json!({ "bootloader": { "efi": { "secureBoot": false } } })),
+    );
+    let status = match sync_emulated(&mut client, serde_json::to_vec(&vmi).expect("json"), "").await
+    {
+        Ok(response) => panic!(
+            "SyncVMI succeeded without OVMF: {:?}\nlauncher log:\n{}",
+            response.domain,
+            process.log_text()
+        ),
+        Err(status) => status,
+    };
+    println!("SyncVMI: {status}");
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status}");
+    let message = status.message();
+    assert!(
+        message.contains(&missing.join("OVMF_CODE_4M.fd").display().to_string()),
+        "{message}"
+    );
+    assert!(message.contains("Debian package ovmf"), "{message}");
+}
