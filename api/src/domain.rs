@@ -86,13 +86,79 @@ pub struct ResourceRequirements {
     pub other: Other,
 }
 
-/// Boot firmware (`v1.Firmware`). Ferrovirt boots kernels directly: without `kernelBoot` the
-/// launcher's bundled guest kernel boots with the first disk as root.
+/// Boot firmware (`v1.Firmware`). Without either field the launcher boots the kernel of the
+/// user's disk directly (no firmware runs); `bootloader` runs firmware (on QEMU), `kernelBoot`
+/// boots the kernel of a container image.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Firmware {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootloader: Option<Bootloader>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_boot: Option<KernelBoot>,
+    #[serde(flatten)]
+    pub other: Other,
+}
+
+impl Firmware {
+    /// The firmware the VMI asks for, if any.
+    pub fn bootloader_kind(&self) -> Option<BootloaderKind> {
+        let bootloader = self.bootloader.as_ref()?;
+        match (&bootloader.bios, &bootloader.efi) {
+            (_, Some(efi)) => Some(BootloaderKind::Efi {
+                secure_boot: efi.secure_boot.unwrap_or(true),
+            }),
+            (bios, None) => Some(BootloaderKind::Bios {
+                use_serial: bios.as_ref().and_then(|b| b.use_serial) == Some(true),
+            }),
+        }
+    }
+}
+
+/// Which firmware boots the VM (of a validated [`Bootloader`]: `efi` when set, `bios`
+/// otherwise).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BootloaderKind {
+    /// SeaBIOS; its output on the serial port when `use_serial`.
+    Bios { use_serial: bool },
+    /// OVMF (UEFI); `secure_boot` defaults to true, as in KubeVirt.
+    Efi { secure_boot: bool },
+}
+
+/// The firmware that boots the VM (`v1.Bootloader`): one of `bios` and `efi`; neither is
+/// `bios` (KubeVirt's default).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Bootloader {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bios: Option<Bios>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub efi: Option<Efi>,
+    #[serde(flatten)]
+    pub other: Other,
+}
+
+/// BIOS firmware, SeaBIOS (`v1.BIOS`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Bios {
+    /// The BIOS's output on the serial console.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub use_serial: Option<bool>,
+    #[serde(flatten)]
+    pub other: Other,
+}
+
+/// UEFI firmware, OVMF (`v1.EFI`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Efi {
+    /// Secure Boot; KubeVirt's default is true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secure_boot: Option<bool>,
+    /// Keep the NVRAM across reboots of the VMI (KubeVirt's default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistent: Option<bool>,
     #[serde(flatten)]
     pub other: Other,
 }

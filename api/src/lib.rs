@@ -26,6 +26,7 @@ pub mod other;
 pub mod quantity;
 pub mod replicaset;
 mod schema;
+pub mod selector;
 pub mod siblings;
 pub mod validation;
 pub mod vm;

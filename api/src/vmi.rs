@@ -136,6 +136,22 @@ impl VmiPhase {
     pub fn is_final(self) -> bool {
         matches!(self, VmiPhase::Succeeded | VmiPhase::Failed)
     }
+
+    /// The event KubeVirt records when a VMI enters this phase, as (warning, reason, message):
+    /// Running is a Normal `Started`, Succeeded a Normal `Stopped`, Failed a Warning `Stopped`
+    /// (what `kubectl get events` and KubeVirt's own tests look for). Other phases have none.
+    pub fn entered_event(self) -> Option<(bool, &'static str, &'static str)> {
+        match self {
+            VmiPhase::Running => Some((false, "Started", "VirtualMachineInstance started.")),
+            VmiPhase::Succeeded => Some((
+                false,
+                "Stopped",
+                "The VirtualMachineInstance was shut down.",
+            )),
+            VmiPhase::Failed => Some((true, "Stopped", "The VirtualMachineInstance crashed.")),
+            _ => None,
+        }
+    }
 }
 
 /// The observed state of a VMI (`v1.VirtualMachineInstanceStatus`).

@@ -7,6 +7,7 @@
 
 mod kubevirt;
 mod migration;
+mod network;
 mod replicaset;
 mod vm;
 mod vmi;

@@ -50,20 +50,15 @@ pub fn validate_replica_set(rs: &VirtualMachineInstanceReplicaSet) -> Result<(),
     }
     for (i, expression) in expressions.iter().enumerate() {
         let at = spec.child("selector").child("matchExpressions").index(i);
-        let values = expression.values.clone().unwrap_or_default();
-        let label = labels.get(&expression.key);
-        let matches = match expression.operator.as_str() {
-            "In" => label.is_some_and(|l| values.contains(l)),
-            "NotIn" => label.is_none_or(|l| !values.contains(l)),
-            "Exists" => label.is_some(),
-            "DoesNotExist" => label.is_none(),
-            other => {
-                errors.push(FieldError::invalid(
-                    at.child("operator"),
-                    format!("{other:?} must be In, NotIn, Exists or DoesNotExist"),
-                ));
-                continue;
-            }
+        let Some(matches) = crate::selector::requirement_matches(expression, &labels) else {
+            errors.push(FieldError::invalid(
+                at.child("operator"),
+                format!(
+                    "{:?} must be In, NotIn, Exists or DoesNotExist",
+                    expression.operator
+                ),
+            ));
+            continue;
         };
         if !matches {
             errors.push(FieldError::invalid(

@@ -4,13 +4,14 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use contract::limits::{MAX_DEVICES, MAX_VCPUS, MIN_MEMORY_REQUEST_BYTES};
 
-use crate::domain::{Cpu, Devices, DomainSpec, Interface};
+use crate::domain::{Bootloader, Cpu, Devices, DomainSpec};
 use crate::other::reject_other;
 use crate::quantity;
 use crate::vmi::{VirtualMachineInstance, VirtualMachineInstanceSpec};
-use crate::volume::{Network, Volume};
+use crate::volume::Volume;
 
-use super::{check_dns_label, into_result, FieldError, Path};
+use super::network::{validate_interface, validate_networks};
+use super::{check_dns_label, into_result, FieldError, FieldErrorKind, Path};
 
 const EVICTION_STRATEGIES: [&str; 4] = ["None", "LiveMigrate", "LiveMigrateIfPossible", "External"];
 const CPU_MODELS: [&str; 2] = ["host-passthrough", "host-model"];
@@ -109,6 +110,9 @@ fn validate_domain(domain: &DomainSpec, path: &Path, errors: &mut Vec<FieldError
     if let Some(firmware) = &domain.firmware {
         let path = path.child("firmware");
         reject_other(&firmware.other, "v1.Firmware", &path, errors);
+        if let Some(bootloader) = &firmware.bootloader {
+            validate_bootloader(bootloader, &path.child("bootloader"), errors);
+        }
         if let Some(kernel_boot) = &firmware.kernel_boot {
             let path = path.child("kernelBoot");
             reject_other(&kernel_boot.other, "v1.KernelBoot", &path, errors);
@@ -151,6 +155,49 @@ fn validate_domain(domain: &DomainSpec, path: &Path, errors: &mut Vec<FieldError
         }
     }
     validate_devices(&domain.devices, &path.child("devices"), errors);
+}
+
+/// Firmware boots on the QEMU backend: SeaBIOS (`bios`, KubeVirt's default) or OVMF without
+/// Secure Boot (`efi.secureBoot: false`). Together with `kernelBoot`, as in KubeVirt, the firmware
+/// runs and boots the kernelBoot kernel.
+fn validate_bootloader(bootloader: &Bootloader, path: &Path, errors: &mut Vec<FieldError>) {
+    reject_other(&bootloader.other, "v1.Bootloader", path, errors);
+    if bootloader.bios.is_some() && bootloader.efi.is_some() {
+        errors.push(FieldError::invalid(
+            path.clone(),
+            "bios and efi are mutually exclusive: set one",
+        ));
+    }
+    if let Some(bios) = &bootloader.bios {
+        reject_other(&bios.other, "v1.BIOS", &path.child("bios"), errors);
+    }
+    if let Some(efi) = &bootloader.efi {
+        let path = path.child("efi");
+        reject_other(&efi.other, "v1.EFI", &path, errors);
+        if efi.secure_boot != Some(false) {
+            let value = if efi.secure_boot == Some(true) {
+                "true"
+            } else {
+                "unset (KubeVirt's default: true)"
+            };
+            errors.push(FieldError::new(
+                path.child("secureBoot"),
+                FieldErrorKind::NotSupported,
+                format!(
+                    "{value} is not supported by ferrovirt: Secure Boot (SMM, OVMF's secboot \
+                     build with enrolled keys) is not implemented; set secureBoot: false"
+                ),
+            ));
+        }
+        if efi.persistent == Some(true) {
+            errors.push(FieldError::new(
+                path.child("persistent"),
+                FieldErrorKind::NotSupported,
+                "true is not supported by ferrovirt: the EFI variables live as long as the VMI \
+                 (no backend storage keeps them across VMIs)",
+            ));
+        }
+    }
 }
 
 fn validate_cpu(cpu: &Cpu, path: &Path, errors: &mut Vec<FieldError>) {
@@ -345,85 +392,6 @@ fn validate_devices(devices: &Devices, path: &Path, errors: &mut Vec<FieldError>
     }
 }
 
-fn validate_interface(interface: &Interface, at: &Path, errors: &mut Vec<FieldError>) {
-    reject_other(&interface.other, "v1.Interface", at, errors);
-    check_dns_label(&interface.name, at.child("name"), errors);
-    match &interface.masquerade {
-        Some(masquerade) => {
-            reject_other(
-                &masquerade.other,
-                "v1.InterfaceMasquerade",
-                &at.child("masquerade"),
-                errors,
-            );
-        }
-        None => {
-            // A binding KubeVirt has (bridge, sriov, ...) is already reported as not supported.
-            let other_binding = [
-                "bridge",
-                "sriov",
-                "slirp",
-                "macvtap",
-                "passt",
-                "passtBinding",
-                "binding",
-            ]
-            .iter()
-            .any(|b| interface.other.contains_key(*b));
-            if !other_binding {
-                errors.push(FieldError::required(
-                    at.child("masquerade"),
-                    "an interface needs a binding: masquerade",
-                ));
-            }
-        }
-    }
-    if let Some(model) = &interface.model {
-        if model != "virtio" {
-            errors.push(FieldError::value_not_supported(
-                at.child("model"),
-                model,
-                "a microVM has only virtio network devices",
-            ));
-        }
-    }
-    if let Some(mac) = &interface.mac_address {
-        if !is_unicast_mac(mac) {
-            errors.push(FieldError::invalid(
-                at.child("macAddress"),
-                format!("{mac:?} must be a unicast MAC address of the form 02:00:00:00:00:01"),
-            ));
-        }
-    }
-    for (j, port) in interface.ports.iter().enumerate() {
-        let at = at.child("ports").index(j);
-        reject_other(&port.other, "v1.Port", &at, errors);
-        if !(1..=65535).contains(&port.port) {
-            errors.push(FieldError::invalid(
-                at.child("port"),
-                format!("{} must be between 1 and 65535", port.port),
-            ));
-        }
-        if let Some(protocol) = &port.protocol {
-            if protocol != "TCP" && protocol != "UDP" {
-                errors.push(FieldError::invalid(
-                    at.child("protocol"),
-                    format!("{protocol:?} must be TCP or UDP"),
-                ));
-            }
-        }
-    }
-}
-
-fn is_unicast_mac(mac: &str) -> bool {
-    let bytes: Vec<_> = mac.split(':').collect();
-    bytes.len() == 6
-        && bytes
-            .iter()
-            .all(|b| b.len() == 2 && b.bytes().all(|c| c.is_ascii_hexdigit()))
-        && u8::from_str_radix(bytes[0], 16).is_ok_and(|first| first & 1 == 0)
-}
-
 fn validate_volumes(spec: &VirtualMachineInstanceSpec, path: &Path, errors: &mut Vec<FieldError>) {
     let volumes_path = path.child("volumes");
     let mut names = BTreeSet::new();
@@ -579,114 +547,5 @@ fn check_pull_policy(policy: Option<&str>, at: &Path, errors: &mut Vec<FieldErro
                 format!("{policy:?} must be Always, IfNotPresent or Never"),
             ));
         }
-    }
-}
-
-fn validate_networks(spec: &VirtualMachineInstanceSpec, path: &Path, errors: &mut Vec<FieldError>) {
-    let networks_path = path.child("networks");
-    let mut names = BTreeSet::new();
-    let mut pod_networks = 0;
-    for (i, network) in spec.networks.iter().enumerate() {
-        let at = networks_path.index(i);
-        validate_network(network, &at, errors);
-        if network.pod.is_some() {
-            pod_networks += 1;
-            if pod_networks > 1 {
-                errors.push(FieldError::invalid(
-                    at.child("pod"),
-                    "only one pod network is allowed",
-                ));
-            }
-        }
-        if !network.name.is_empty() && !names.insert(network.name.as_str()) {
-            errors.push(FieldError::duplicate(at.child("name"), &network.name));
-        }
-    }
-    let interfaces_path = path.child("domain").child("devices").child("interfaces");
-    let interface_names: BTreeSet<_> = spec
-        .domain
-        .devices
-        .interfaces
-        .iter()
-        .map(|i| i.name.as_str())
-        .collect();
-    for (i, interface) in spec.domain.devices.interfaces.iter().enumerate() {
-        if !interface.name.is_empty() && !names.contains(interface.name.as_str()) {
-            errors.push(FieldError::invalid(
-                interfaces_path.index(i).child("name"),
-                format!(
-                    "{:?} has no network of that name in spec.networks",
-                    interface.name
-                ),
-            ));
-        }
-    }
-    for (i, network) in spec.networks.iter().enumerate() {
-        if !network.name.is_empty() && !interface_names.contains(network.name.as_str()) {
-            errors.push(FieldError::invalid(
-                networks_path.index(i).child("name"),
-                format!(
-                    "{:?} is not used by any interface in spec.domain.devices.interfaces",
-                    network.name
-                ),
-            ));
-        }
-    }
-}
-
-fn validate_network(network: &Network, at: &Path, errors: &mut Vec<FieldError>) {
-    reject_other(&network.other, "v1.Network", at, errors);
-    check_dns_label(&network.name, at.child("name"), errors);
-    match &network.pod {
-        Some(pod) => {
-            let at = at.child("pod");
-            reject_other(&pod.other, "v1.PodNetwork", &at, errors);
-            if let Some(cidr) = &pod.vm_network_cidr {
-                if let Err(e) = parse_ipv4_cidr(cidr) {
-                    errors.push(FieldError::invalid(at.child("vmNetworkCIDR"), e));
-                }
-            }
-        }
-        None if network.other.is_empty() => errors.push(FieldError::required(
-            at.child("pod"),
-            "a network source is required: pod",
-        )),
-        None => {}
-    }
-}
-
-/// Parses `a.b.c.d/n` with a prefix that leaves room for a gateway and a guest (n <= 30).
-pub fn parse_ipv4_cidr(cidr: &str) -> Result<(std::net::Ipv4Addr, u8), String> {
-    let bad =
-        || format!("{cidr:?} must be an IPv4 CIDR such as 10.0.2.0/24 with a prefix of at most 30");
-    let (addr, prefix) = cidr.split_once('/').ok_or_else(bad)?;
-    let addr: std::net::Ipv4Addr = addr.parse().map_err(|_| bad())?;
-    let prefix: u8 = prefix.parse().map_err(|_| bad())?;
-    if prefix > 30 {
-        return Err(bad());
-    }
-    Ok((addr, prefix))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cidr_parsing() {
-        assert_eq!(
-            parse_ipv4_cidr("10.0.2.0/24"),
-            Ok(("10.0.2.0".parse().unwrap(), 24))
-        );
-        assert!(parse_ipv4_cidr("10.0.2.0/31").is_err());
-        assert!(parse_ipv4_cidr("10.0.2.0").is_err());
-        assert!(parse_ipv4_cidr("fd10::/64").is_err());
-    }
-
-    #[test]
-    fn mac_checks() {
-        assert!(is_unicast_mac("02:00:00:00:00:01"));
-        assert!(!is_unicast_mac("01:00:00:00:00:01"));
-        assert!(!is_unicast_mac("02:00:00:00:00"));
     }
 }
