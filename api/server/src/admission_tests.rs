@@ -4,22 +4,15 @@ use serde_json::{json, Value};
 
 use super::*;
 
-fn shared_dir() -> PathBuf {
-    let dir = std::env::var_os("FERROVIRT_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"));
-    assert!(
-        dir.join("fixtures").is_dir(),
-        "missing test data: {} has no fixtures/ (shared/ must sit beside the repository, \
-         or FERROVIRT_SHARED must name it)",
-        dir.display()
-    );
-    dir
+/// The project's own manifests (`api/testdata/manifests/`).
+fn manifests_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/manifests")
 }
 
 fn fixture(name: &str) -> Value {
-    let path = shared_dir().join("fixtures/kubevirt-examples").join(name);
-    let text = std::fs::read_to_string(&path).unwrap();
+    let path = manifests_dir().join(name);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     serde_yaml::from_str(&text).unwrap()
 }
 
@@ -84,10 +77,10 @@ fn apply_patch(object: &Value, response: &Value) -> Value {
 #[test]
 fn mutation_patch_yields_the_defaulted_object() {
     for name in [
-        "vm-cirros.yaml",
-        "vmi-fedora.yaml",
-        "migration-job.yaml",
-        "vmi-replicaset-cirros.yaml",
+        "vm-demo.yaml",
+        "vmi-demo.yaml",
+        "migration-demo.yaml",
+        "vmirs-demo.yaml",
     ] {
         let object = fixture(name);
         let response = answer(Webhook::Mutate, &object, "CREATE", None, "alice");
@@ -108,7 +101,7 @@ fn mutation_patch_yields_the_defaulted_object() {
 
 #[test]
 fn every_refused_fixture_is_denied_with_the_validation_field_paths() {
-    let dir = shared_dir().join("fixtures/kubevirt-examples");
+    let dir = manifests_dir();
     let mut refused = 0;
     for entry in std::fs::read_dir(dir).unwrap() {
         let name = entry.unwrap().file_name().to_string_lossy().into_owned();
@@ -148,12 +141,12 @@ fn every_refused_fixture_is_denied_with_the_validation_field_paths() {
             }
         }
     }
-    assert!(refused > 0, "the fixtures include refused manifests");
+    assert!(refused > 0, "the manifests include refused ones");
 }
 
 #[test]
 fn vmi_spec_update_is_refused_metadata_update_allowed() {
-    let old = fixture("vmi-fedora.yaml");
+    let old = fixture("vmi-demo.yaml");
     let mut relabelled = old.clone();
     relabelled["metadata"]["labels"] = json!({"a": "b"});
     let ok = answer(
@@ -178,7 +171,7 @@ fn vmi_spec_update_is_refused_metadata_update_allowed() {
 
 #[test]
 fn only_virt_api_may_override_the_grace_period() {
-    let old = fixture("vmi-fedora.yaml");
+    let old = fixture("vmi-demo.yaml");
     let mut new = old.clone();
     new["spec"]["terminationGracePeriodSeconds"] = json!(7);
     let user = "system:serviceaccount:kubevirt:kubevirt-apiserver";
@@ -199,7 +192,7 @@ fn only_virt_api_may_override_the_grace_period() {
 
 #[test]
 fn wrong_kind_and_garbage_are_handled() {
-    let vm = fixture("vm-cirros.yaml");
+    let vm = fixture("vm-demo.yaml");
     let body = review_body("CREATE", &vm, None, "alice");
     let out = review(
         Webhook::Validate,

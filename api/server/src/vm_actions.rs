@@ -6,7 +6,8 @@
 //! | runStrategy | start | stop | restart |
 //! |---|---|---|---|
 //! | Halted | set `Always` | 409 "VM is not running" (unless forcing a stopping VMI) | 409 |
-//! | Always, RerunOnFailure, Once | 409 "does not support manual start requests" (RerunOnFailure after Succeeded: requests) | set `Halted` | Stop(uid)+Start requests |
+//! | Always, Once | 409 "does not support manual start requests" | set `Halted` | Stop(uid)+Start requests |
+//! | RerunOnFailure | `Start` request (after Succeeded: Stop(uid)+Start; after Failed: 409) | `Stop(uid)` request | Stop(uid)+Start requests |
 //! | Manual | `Start` request | `Stop(uid)` request | Stop(uid)+Start requests |
 //!
 //! Requests go to `status.stateChangeRequests` (a merge patch carrying the resourceVersion,
@@ -109,12 +110,10 @@ pub fn plan_start(
             ..Default::default()
         }),
         RunStrategy::Manual | RunStrategy::RerunOnFailure => {
-            let succeeded = phase(vmi) == Some(VmiPhase::Succeeded);
-            if strategy == RunStrategy::RerunOnFailure && !succeeded {
-                return Err(ApiError::conflict(format!(
-                    "{} does not support manual start requests",
-                    strategy.as_str()
-                )));
+            if strategy == RunStrategy::RerunOnFailure && phase(vmi) == Some(VmiPhase::Failed) {
+                return Err(ApiError::conflict(
+                    "RerunOnFailure does not support starting VM from failed state",
+                ));
             }
             no_pending_requests(vm)?;
             let mut requests = Vec::new();
@@ -150,7 +149,8 @@ pub fn plan_stop(
             ..Default::default()
         }),
         (RunStrategy::Halted, _) => Err(ApiError::conflict("VM is not running")),
-        (RunStrategy::Manual, Some(vmi)) if running => {
+        // The VM keeps its strategy; the controller stops the VMI the request names.
+        (RunStrategy::Manual | RunStrategy::RerunOnFailure, Some(vmi)) if running => {
             no_pending_requests(vm)?;
             Ok(VmChange {
                 requests: vec![stop_request(vmi)],
@@ -158,14 +158,14 @@ pub fn plan_stop(
                 ..Default::default()
             })
         }
-        (RunStrategy::Manual, _) => Err(ApiError::conflict("VM is not running")),
-        (RunStrategy::Always | RunStrategy::RerunOnFailure | RunStrategy::Once, _) => {
-            Ok(VmChange {
-                run_strategy: Some(RunStrategy::Halted),
-                vmi_grace_period,
-                ..Default::default()
-            })
+        (RunStrategy::Manual | RunStrategy::RerunOnFailure, _) => {
+            Err(ApiError::conflict("VM is not running"))
         }
+        (RunStrategy::Always | RunStrategy::Once, _) => Ok(VmChange {
+            run_strategy: Some(RunStrategy::Halted),
+            vmi_grace_period,
+            ..Default::default()
+        }),
     }
 }
 

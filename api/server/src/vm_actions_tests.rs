@@ -101,6 +101,31 @@ fn stop_by_strategy() {
 }
 
 #[test]
+fn rerun_on_failure_stops_and_starts_by_requests_and_keeps_its_strategy() {
+    let running = vmi("Running");
+    let rerun = vm("RerunOnFailure", json!([]));
+    let stop = plan_stop(&rerun, Some(&running), &Default::default()).unwrap();
+    assert_eq!(stop.run_strategy, None);
+    assert_eq!(stop.requests, vec![stop_u1()]);
+    let e = plan_stop(&rerun, None, &Default::default()).unwrap_err();
+    assert_eq!(e.message, "VM is not running");
+    // Stopped (no VMI): a Start request; after Succeeded: Stop(uid) then Start.
+    let start_none = plan_start(&rerun, None, &Default::default()).unwrap();
+    assert_eq!(start_none.requests, vec![start()]);
+    assert_eq!(start_none.run_strategy, None);
+    let done = vmi("Succeeded");
+    let start_done = plan_start(&rerun, Some(&done), &Default::default()).unwrap();
+    assert_eq!(start_done.requests, vec![stop_u1(), start()]);
+    let failed = vmi("Failed");
+    let e = plan_start(&rerun, Some(&failed), &Default::default()).unwrap_err();
+    assert_eq!(
+        e.message,
+        "RerunOnFailure does not support starting VM from failed state"
+    );
+    assert_eq!(e.code, http::StatusCode::CONFLICT);
+}
+
+#[test]
 fn stop_with_grace_period_patches_the_vmi() {
     let running = vmi("Running");
     let force = StopOptions {

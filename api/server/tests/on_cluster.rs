@@ -70,8 +70,8 @@ fn webhooks_refuse_what_validation_refuses(run: &Run) {
 fn defaults_are_applied(run: &Run) {
     let (_, vm) = common::fixtures()
         .into_iter()
-        .find(|(n, _)| n == "vm-cirros.yaml")
-        .expect("vm-cirros.yaml fixture");
+        .find(|(n, _)| n == "vm-demo.yaml")
+        .expect("vm-demo.yaml manifest");
     let out = run.kubectl_stdin(
         &["create", "--dry-run=server", "-o", "json", "-f", "-"],
         &vm,
@@ -87,8 +87,8 @@ fn defaults_are_applied(run: &Run) {
 fn vmi_spec_update_is_refused(run: &Run) {
     let (_, vmi) = common::fixtures()
         .into_iter()
-        .find(|(n, _)| n == "vmi-fedora.yaml")
-        .expect("vmi-fedora.yaml fixture");
+        .find(|(n, _)| n == "vmi-demo.yaml")
+        .expect("vmi-demo.yaml manifest");
     let out = run.kubectl_stdin(&["create", "-f", "-"], &vmi);
     assert!(out.ok, "{}", out.stderr);
     let name = vmi["metadata"]["name"].as_str().expect("a name");
@@ -197,28 +197,22 @@ fn console_needs_its_own_permission(run: &Run) {
 fn virtctl_drives_a_vm(run: &Run) {
     let (_, vm) = common::fixtures()
         .into_iter()
-        .find(|(n, _)| n == "vm-cirros.yaml")
-        .expect("vm-cirros.yaml fixture");
+        .find(|(n, _)| n == "vm-demo.yaml")
+        .expect("vm-demo.yaml manifest");
     let out = run.kubectl_stdin(&["create", "-f", "-"], &vm);
     assert!(out.ok, "{}", out.stderr);
     let strategy = || {
-        run.kubectl(&[
-            "get",
-            "vm",
-            "vm-cirros",
-            "-o",
-            "jsonpath={.spec.runStrategy}",
-        ])
-        .stdout
+        run.kubectl(&["get", "vm", "vm-demo", "-o", "jsonpath={.spec.runStrategy}"])
+            .stdout
     };
     assert_eq!(strategy(), "Halted");
 
-    let out = run.virtctl(&["start", "vm-cirros"]);
+    let out = run.virtctl(&["start", "vm-demo"]);
     assert!(out.ok, "{}", out.stderr);
-    assert_eq!(out.stdout.trim(), "VM vm-cirros was scheduled to start");
+    assert_eq!(out.stdout.trim(), "VM vm-demo was scheduled to start");
     assert_eq!(strategy(), "Always");
 
-    let out = run.virtctl(&["start", "vm-cirros"]);
+    let out = run.virtctl(&["start", "vm-demo"]);
     assert!(!out.ok, "starting an Always VM again is refused");
     assert!(
         out.stderr.contains("Error starting VirtualMachine"),
@@ -226,12 +220,12 @@ fn virtctl_drives_a_vm(run: &Run) {
         out.stderr
     );
 
-    let out = run.virtctl(&["stop", "vm-cirros"]);
+    let out = run.virtctl(&["stop", "vm-demo"]);
     assert!(out.ok, "{}", out.stderr);
-    assert_eq!(out.stdout.trim(), "VM vm-cirros was scheduled to stop");
+    assert_eq!(out.stdout.trim(), "VM vm-demo was scheduled to stop");
     assert_eq!(strategy(), "Halted");
 
-    let out = run.virtctl(&["restart", "vm-cirros"]);
+    let out = run.virtctl(&["restart", "vm-demo"]);
     assert!(!out.ok);
     assert!(
         out.stderr
@@ -275,8 +269,8 @@ fn console_is_relayed_through_kube_apiserver(run: &Run) {
 
     let (_, mut vmi) = common::fixtures()
         .into_iter()
-        .find(|(n, _)| n == "vmi-ephemeral.yaml")
-        .expect("vmi-ephemeral.yaml fixture");
+        .find(|(n, _)| n == "vmi-demo.yaml")
+        .expect("vmi-demo.yaml manifest");
     vmi["metadata"]["name"] = serde_json::json!("console-vmi");
     let out = run.kubectl_stdin(&["create", "-f", "-"], &vmi);
     assert!(out.ok, "{}", out.stderr);

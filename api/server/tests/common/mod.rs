@@ -21,23 +21,17 @@ fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn shared_dir() -> PathBuf {
-    std::env::var_os("FERROVIRT_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("../shared"))
-}
-
-/// Every example manifest, parsed.
+/// Every manifest of the project's own (`api/testdata/manifests/`), parsed.
 pub fn fixtures() -> Vec<(String, Value)> {
-    let dir = shared_dir().join("fixtures/kubevirt-examples");
+    let dir = repo_root().join("api/testdata/manifests");
     let mut out: Vec<(String, Value)> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("missing test data {}: {e}", dir.display()))
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n.ends_with(".yaml"))
         .map(|n| {
-            let text = std::fs::read_to_string(dir.join(&n)).expect("readable fixture");
-            let value: Value = serde_yaml::from_str(&text).expect("YAML fixture");
+            let text = std::fs::read_to_string(dir.join(&n)).expect("readable manifest");
+            let value: Value = serde_yaml::from_str(&text).expect("YAML manifest");
             (n, value)
         })
         .collect();
@@ -142,6 +136,9 @@ pub struct Run {
     /// Installed deployments (virt-operator, virt-controller) and their replicas, scaled to 0
     /// while the test runs and scaled back after, in reverse order.
     paused_deployments: Vec<(String, String)>,
+    /// The cluster lock, held from before the deployments are paused and the CRDs applied until
+    /// they are put back (a field drops after `Drop::drop` has run).
+    _lock: ferrovirt_tests::ClusterLock,
 }
 
 fn free_port() -> u16 {
@@ -205,6 +202,7 @@ fn pause_deployment(cluster: &Cluster, name: &str) -> Option<String> {
 
 impl Run {
     pub fn start(cluster: &Cluster) -> Run {
+        let lock = ferrovirt_tests::ClusterLock::exclusive_blocking();
         let id = std::process::id();
         let namespace = format!("virt-api-test-{id}");
         let dir = tempfile::tempdir().expect("a temporary directory");
@@ -436,6 +434,7 @@ impl Run {
             handler_cert_dir,
             installed_api_service,
             paused_deployments,
+            _lock: lock,
         };
         run.wait_healthy();
         run.register(&host_ip);
