@@ -49,6 +49,27 @@ pub enum RenderError {
 }
 
 /// Renders the launcher Pod of `vmi`.
+/// The launcher Pod's annotations: the VMI's own, as KubeVirt carries them (user annotations,
+/// `kubernetes.io/` and `kubevirt.io/` ones alike), except kubectl's and KubeVirt's API-version
+/// bookkeeping, plus the domain name the launcher reports under.
+fn pod_annotations(vmi: &VirtualMachineInstance, name: &str) -> BTreeMap<String, String> {
+    const NOT_CARRIED: [&str; 3] = [
+        "kubectl.kubernetes.io",
+        "kubevirt.io/storage-observed-api-version",
+        "kubevirt.io/latest-observed-api-version",
+    ];
+    let mut annotations: BTreeMap<String, String> = vmi
+        .metadata
+        .annotations
+        .iter()
+        .flatten()
+        .filter(|(k, _)| !NOT_CARRIED.iter().any(|p| k.starts_with(p)))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    annotations.insert(annotations::DOMAIN.to_string(), name.to_string());
+    annotations
+}
+
 pub fn render_launcher_pod(
     vmi: &VirtualMachineInstance,
     cfg: &ClusterConfig,
@@ -228,10 +249,7 @@ pub fn render_launcher_pod(
             generate_name: Some(format!("virt-launcher-{name}-")),
             namespace,
             labels: Some(pod_labels),
-            annotations: Some(BTreeMap::from([(
-                annotations::DOMAIN.to_string(),
-                name.clone(),
-            )])),
+            annotations: Some(pod_annotations(vmi, &name)),
             owner_references: Some(vec![owner_reference(vmi, &uid)]),
             ..ObjectMeta::default()
         },

@@ -15,7 +15,7 @@ use crate::config::ClusterConfig;
 use crate::context::Context;
 use crate::{vm, vmi, Error};
 
-/// Runs the VM, VMI and migration controllers, and the one that marks the kinds Ferrovirt does
+/// Runs the VM, VMI, migration and replica set controllers, and the one that marks the kinds Ferrovirt does
 /// not implement, until a shutdown signal.
 pub async fn run_controllers(client: Client, base: ClusterConfig) {
     let (kubevirts, writer) = reflector::store::<KubeVirt>();
@@ -79,11 +79,32 @@ pub async fn run_controllers(client: Client, base: ClusterConfig) {
         }
         futures::future::ready(())
     });
+    let replica_set_controller = Controller::new(
+        Api::<api::VirtualMachineInstanceReplicaSet>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .owns(
+        Api::<VirtualMachineInstance>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .shutdown_on_signal()
+    .run(
+        crate::replicaset::reconcile::reconcile,
+        error_policy,
+        ctx.clone(),
+    )
+    .for_each(|result| {
+        if let Err(e) = result {
+            log::debug!("replica set reconcile: {e}");
+        }
+        futures::future::ready(())
+    });
     let unsupported = crate::unsupported::run(ctx.clone());
     futures::join!(
         vmi_controller,
         vm_controller,
         migration_controller,
+        replica_set_controller,
         unsupported
     );
 }

@@ -75,6 +75,38 @@ fn labels_owner_and_scheduling_come_from_the_vmi() {
 }
 
 #[test]
+fn the_vmis_annotations_are_carried_to_the_pod_but_kubectls_and_api_bookkeeping() {
+    let mut vmi = vmi();
+    vmi.metadata.annotations = Some(
+        [
+            ("kubevirt.io/test", "test"),
+            ("kubernetes.io/test", "test"),
+            ("testannotation", "annotation from vmi"),
+            ("kubectl.kubernetes.io/last-applied-configuration", "{}"),
+            ("kubevirt.io/latest-observed-api-version", "v1"),
+            ("kubevirt.io/storage-observed-api-version", "v1"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+    );
+    let pod = render(&vmi, &ClusterConfig::default());
+    let annotations = pod.metadata.annotations.unwrap();
+    let keys: Vec<&str> = annotations.keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        [
+            "kubernetes.io/test",
+            contract::annotations::DOMAIN,
+            "kubevirt.io/test",
+            "testannotation"
+        ]
+    );
+    assert_eq!(annotations["testannotation"], "annotation from vmi");
+    assert_eq!(annotations[contract::annotations::DOMAIN], "testvmi");
+}
+
+#[test]
 fn resources_are_guest_memory_plus_overhead_and_device_plugins() {
     let cfg = ClusterConfig::default();
     let pod = render(&vmi(), &cfg);

@@ -67,7 +67,7 @@ fn run_strategies() {
         (
             "RerunOnFailure",
             Some(Succeeded),
-            VmiAction::Nothing,
+            delete("vmi-uid"),
             "Stopped",
         ),
         ("Once", None, VmiAction::Create, "Starting"),
@@ -89,6 +89,44 @@ fn run_strategies() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn rerun_on_failure_replaces_a_failed_vmi_through_a_start_request_and_stays_stopped_after_a_stop() {
+    // A failed VMI is deleted with a Start request left for its replacement.
+    let failed = vmi(Some(VmiPhase::Failed), "a");
+    let first = plan(&vm("RerunOnFailure"), Some(&failed), now());
+    assert_eq!(first.action, delete("a"));
+    let actions: Vec<&str> = first
+        .status
+        .state_change_requests
+        .iter()
+        .map(|r| r.action.as_str())
+        .collect();
+    assert_eq!(actions, ["Start"]);
+    // Once it is gone, the request creates the replacement after the back-off, and is served.
+    let mut gone = vm("RerunOnFailure");
+    gone.status = Some(first.status.clone());
+    assert_eq!(plan(&gone, None, now()).action, VmiAction::Nothing);
+    let later = plan(&gone, None, now() + SignedDuration::from_secs(11));
+    assert_eq!(later.action, VmiAction::Create);
+    assert!(later.status.state_change_requests.is_empty());
+
+    // Stopped by a Stop request (virtctl stop): no VMI, the strategy kept, nothing created.
+    let mut stopped = vm("RerunOnFailure");
+    stopped.status = Some(api::vm::VirtualMachineStatus {
+        run_strategy: Some("RerunOnFailure".into()),
+        ..Default::default()
+    });
+    let plan_stopped = plan(&stopped, None, now());
+    assert_eq!(plan_stopped.action, VmiAction::Nothing);
+    assert_eq!(
+        plan_stopped.status.printable_status.as_deref(),
+        Some("Stopped")
+    );
+    // Switched from another strategy, it starts.
+    stopped.status.as_mut().unwrap().run_strategy = Some("Halted".into());
+    assert_eq!(plan(&stopped, None, now()).action, VmiAction::Create);
 }
 
 #[test]
@@ -279,6 +317,17 @@ fn deleting_the_vm_deletes_its_vmi() {
     assert_eq!(p.action, delete("d"));
     assert_eq!(p.status.printable_status.as_deref(), Some("Terminating"));
     assert_eq!(plan(&deleting, None, now()).action, VmiAction::Nothing);
+}
+
+#[test]
+fn an_orphan_deletion_of_the_vm_leaves_its_vmi() {
+    let mut orphaning = vm("Always");
+    orphaning.metadata.deletion_timestamp = Some(Time(now()));
+    orphaning.metadata.finalizers = Some(vec!["orphan".into()]);
+    let running = vmi(Some(VmiPhase::Running), "o");
+    let p = plan(&orphaning, Some(&running), now());
+    assert_eq!(p.action, VmiAction::Nothing);
+    assert_eq!(p.status.printable_status.as_deref(), Some("Terminating"));
 }
 
 #[test]

@@ -3,7 +3,11 @@
 //! Run strategies, as KubeVirt defines them:
 //! - `Always`: a VMI always exists; a finished one is replaced (with crash-loop back-off after
 //!   failures).
-//! - `RerunOnFailure`: a failed VMI is replaced, a succeeded one stays.
+//! - `RerunOnFailure`: a failed VMI is replaced (its deletion adds a `Start` request, served
+//!   after the crash-loop back-off); a succeeded one is deleted and not replaced; with no VMI,
+//!   one is created only when the VM is new or has just switched to this strategy (its
+//!   `status.runStrategy` differs), or for a `Start` request: a VM stopped by a `Stop` request
+//!   (`virtctl stop`) stays stopped with its strategy.
 //! - `Once`: one VMI, never replaced.
 //! - `Halted`: no VMI.
 //! - `Manual`: only `Start`/`Stop` requests in `status.stateChangeRequests` (from the `start`,
@@ -95,6 +99,13 @@ pub fn plan(vm: &VirtualMachine, vmi: Option<&VirtualMachineInstance>, now: Time
         .is_some_and(|t| t.0 > now);
 
     let deleting_vm = vm.metadata.deletion_timestamp.is_some();
+    // `kubectl delete --cascade=orphan`: the garbage collector takes the VM's owner reference
+    // off the VMI, which stays (KubeVirt's VM controller checks the same finalizer).
+    let orphaning = vm
+        .metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|f| f == "orphan"));
     let mut requests = status.state_change_requests.clone();
     // Drop requests that are done.
     requests.retain(|r| match r.action.as_str() {
@@ -117,7 +128,7 @@ pub fn plan(vm: &VirtualMachine, vmi: Option<&VirtualMachineInstance>, now: Time
         None => VmiAction::Nothing,
     };
     let action = if deleting_vm {
-        if vmi.is_some() && !vmi_deleting {
+        if vmi.is_some() && !vmi_deleting && !orphaning {
             delete(&vmi_uid)
         } else {
             VmiAction::Nothing
@@ -127,6 +138,7 @@ pub fn plan(vm: &VirtualMachine, vmi: Option<&VirtualMachineInstance>, now: Time
     } else if let Some(request) = requests.first() {
         match (request.action.as_str(), vmi.is_some()) {
             ("Stop", true) => delete(&vmi_uid),
+            ("Start", false) if backing_off => VmiAction::Nothing,
             ("Start", false) => VmiAction::Create,
             ("Start", true) if vmi_final => delete(&vmi_uid),
             _ => VmiAction::Nothing,
@@ -137,6 +149,11 @@ pub fn plan(vm: &VirtualMachine, vmi: Option<&VirtualMachineInstance>, now: Time
             (Some(RunStrategy::Halted), Some(_), _) => delete(&vmi_uid),
             (Some(RunStrategy::Halted), None, _) => VmiAction::Nothing,
             (Some(RunStrategy::Manual), _, _) => VmiAction::Nothing,
+            (Some(RunStrategy::RerunOnFailure), None, _)
+                if old.run_strategy.as_deref() == Some(RunStrategy::RerunOnFailure.as_str()) =>
+            {
+                VmiAction::Nothing
+            }
             (
                 Some(RunStrategy::Always | RunStrategy::RerunOnFailure | RunStrategy::Once),
                 None,
@@ -152,6 +169,14 @@ pub fn plan(vm: &VirtualMachine, vmi: Option<&VirtualMachineInstance>, now: Time
                 delete(&vmi_uid)
             }
             (Some(RunStrategy::RerunOnFailure), Some(_), Some(VmiPhase::Failed)) => {
+                // Replaced through a Start request once it is gone.
+                requests.push(StateChangeRequest {
+                    action: "Start".into(),
+                    ..StateChangeRequest::default()
+                });
+                delete(&vmi_uid)
+            }
+            (Some(RunStrategy::RerunOnFailure), Some(_), Some(VmiPhase::Succeeded)) => {
                 delete(&vmi_uid)
             }
             (Some(_), Some(_), _) => VmiAction::Nothing,
@@ -180,9 +205,12 @@ pub fn plan(vm: &VirtualMachine, vmi: Option<&VirtualMachineInstance>, now: Time
         printable_status(
             vm,
             vmi,
-            strategy,
             backing_off,
-            &status.state_change_requests,
+            action == VmiAction::Create
+                || status
+                    .state_change_requests
+                    .first()
+                    .is_some_and(|r| r.action == "Start"),
         )
         .to_string(),
     );
@@ -214,9 +242,8 @@ fn vm_conditions(vmi: Option<&VirtualMachineInstance>, ready: bool) -> Vec<Condi
 pub fn printable_status(
     vm: &VirtualMachine,
     vmi: Option<&VirtualMachineInstance>,
-    strategy: Option<RunStrategy>,
     backing_off: bool,
-    requests: &[StateChangeRequest],
+    will_start: bool,
 ) -> &'static str {
     if vm.metadata.deletion_timestamp.is_some() {
         return "Terminating";
@@ -225,10 +252,6 @@ pub fn printable_status(
         if backing_off {
             return "CrashLoopBackOff";
         }
-        let will_start = matches!(
-            strategy,
-            Some(RunStrategy::Always | RunStrategy::RerunOnFailure | RunStrategy::Once)
-        ) || requests.first().is_some_and(|r| r.action == "Start");
         return if will_start { "Starting" } else { "Stopped" };
     };
     if vmi.metadata.deletion_timestamp.is_some() {

@@ -60,12 +60,23 @@ pub async fn reconcile(
         write_status(&vmis, &vmi, &status).await?;
         if status.phase != old_phase {
             if let Some(phase) = status.phase {
-                let warning = phase == VmiPhase::Failed;
-                let note = match &status.reason {
-                    Some(reason) => format!("phase {} ({reason})", phase.as_str()),
-                    None => format!("phase {}", phase.as_str()),
-                };
-                ctx.event(vmi.as_ref(), warning, phase.as_str(), note).await;
+                let reason = status.reason.as_ref();
+                match phase.entered_event() {
+                    Some((warning, event, message)) => {
+                        let note = match reason {
+                            Some(reason) => format!("{message} ({reason})"),
+                            None => message.to_string(),
+                        };
+                        ctx.event(vmi.as_ref(), warning, event, note).await;
+                    }
+                    None => {
+                        let note = match reason {
+                            Some(reason) => format!("phase {} ({reason})", phase.as_str()),
+                            None => format!("phase {}", phase.as_str()),
+                        };
+                        ctx.event(vmi.as_ref(), false, phase.as_str(), note).await;
+                    }
+                }
             }
         }
     }
