@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod device_plugin;
+pub mod events;
 pub mod metrics;
 pub mod migration;
 pub mod node;

@@ -9,6 +9,7 @@ use contract::labels;
 use contract::layout::{DEVICE_PLUGIN_DIR, HOST_SOCKET_ROOT};
 use futures::StreamExt;
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{reflector, watcher, WatchStreamExt};
 use kube::{Api, Client, ResourceExt};
 
@@ -59,6 +60,13 @@ pub async fn run_handler(client: Client, node_name: String) {
         socket_root: PathBuf::from(HOST_SOCKET_ROOT),
         kubevirts,
         notify: NotifyServers::new(events_tx),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "virt-handler".into(),
+                instance: Some(node_name.clone()),
+            },
+        ),
     });
     let mine = watcher::Config::default().labels(&format!("{}={node_name}", labels::NODE_NAME));
     Controller::new(Api::<VirtualMachineInstance>::all(client), mine)

@@ -22,10 +22,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use super::proxy;
@@ -109,20 +109,7 @@ impl MigrationContext {
     }
 
     async fn event(&self, vmi: &VirtualMachineInstance, warning: bool, reason: &str, note: String) {
-        let event = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: reason.into(),
-            note: Some(note),
-            action: "Migrate".into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, &vmi.object_ref(&())).await {
-            log::warn!("cannot record event {reason}: {e}");
-        }
+        crate::events::record(&self.recorder, vmi, warning, reason, "Migrate", note).await;
     }
 }
 

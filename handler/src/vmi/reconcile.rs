@@ -22,6 +22,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, PostParams};
 use kube::runtime::controller::Action;
+use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, ResourceExt};
 
@@ -38,6 +39,8 @@ pub struct HandlerContext {
     pub socket_root: PathBuf,
     pub kubevirts: Store<KubeVirt>,
     pub notify: NotifyServers,
+    /// Records KubeVirt's events for the phases this handler sets (Started, Stopped).
+    pub recorder: Recorder,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -197,10 +200,14 @@ pub async fn reconcile(
         .conditions
         .retain(|c| !(c.type_ == "Synchronized" && c.reason.as_deref() == Some("SyncFailed")));
     if Some(&new_status) != vmi.status.as_ref() {
+        let entered = new_status.phase.filter(|p| Some(*p) != phase);
         let mut updated = (*vmi).clone();
         updated.status = Some(new_status);
         vmis.replace_status(&vmi.name_any(), &PostParams::default(), &updated)
             .await?;
+        if let Some((warning, reason, note)) = entered.and_then(VmiPhase::entered_event) {
+            crate::events::record(&ctx.recorder, &vmi, warning, reason, reason, note.into()).await;
+        }
     }
     Ok(Action::requeue(Duration::from_secs(30)))
 }
