@@ -12,4 +12,5 @@ pub mod install;
 pub mod manifests;
 pub mod reconcile;
 pub mod release;
+pub mod status;
 pub mod user_roles;
