@@ -1,11 +1,11 @@
 //! `spec.configuration` of the KubeVirt CR reaches the components without a restart, as in
 //! KubeVirt (they watch the CR): with `developerConfiguration.useEmulation: true` the next
 //! VMI's launcher Pod asks for no `/dev/kvm` and the VMI runs (QEMU TCG); with it off again the
-//! next one asks for `/dev/kvm`. virt-controller's Pod is the same throughout. Run alone by
-//! hack/test.sh (it changes a cluster-wide setting for a while); the CR is put back before any
-//! assertion can fail. Settings Ferrovirt cannot honour (post-copy, a bandwidth that is no
-//! quantity, a certificate renewed before it is issued) are refused by virt-api's webhook with
-//! their field paths, and the CR stays as it was.
+//! next one asks for `/dev/kvm`. virt-controller's Pod is the same throughout. Settings
+//! Ferrovirt cannot honour (post-copy, a bandwidth that is no quantity, a certificate renewed
+//! before it is issued) are refused by virt-api's webhook with their field paths, and the CR
+//! stays as it was. Each test holds the cluster lock (`ferrovirt_tests::ClusterChange`) from
+//! before it reads the CR until it has put the CR's spec back, even when an assertion fails.
 
 mod common;
 
@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use api::{VirtualMachineInstance, VmiPhase};
 use common::*;
-use ferrovirt_tests::{client, tiny_vmi_spec, wait_for, TestNamespace};
+use ferrovirt_tests::{client, tiny_vmi_spec, wait_for, ClusterChange, TestNamespace};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -105,6 +105,7 @@ async fn start_vmi(client: &Client, ns: &str, name: &str) -> (bool, bool) {
 
 #[tokio::test]
 async fn use_emulation_reaches_the_components_without_a_restart() {
+    let change = ClusterChange::begin().await;
     let client = client().await;
     let tag = ensure_installed(&client).await;
     let controllers = controller_pods(&client).await;
@@ -114,7 +115,7 @@ async fn use_emulation_reaches_the_components_without_a_restart() {
     // The components follow the CR through their watch; give it a moment to arrive.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let emulated = start_vmi(&client, &ns.name, "emulated").await;
-    set_emulation(&client, None).await;
+    change.restore_kubevirt_spec();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (native_asks_kvm, _) = start_vmi(&client, &ns.name, "native").await;
 
@@ -139,6 +140,7 @@ async fn use_emulation_reaches_the_components_without_a_restart() {
 
 #[tokio::test]
 async fn settings_ferrovirt_cannot_honour_are_refused_with_their_paths() {
+    let _change = ClusterChange::begin().await;
     let client = client().await;
     ensure_installed(&client).await;
     let refused = |patch: serde_json::Value| {

@@ -14,17 +14,21 @@
 //!    kubevirt-cr.yaml`, `kubectl -n kubevirt wait kv kubevirt --for condition=Available`,
 //!    examples/vm-cirros.yaml Running and `virtctl console` reaching its guest. The cluster
 //!    ends as hack/up.sh leaves it.
+//!
+//! The cluster lock is held throughout (`ClusterChange`); when an assertion fails half-way,
+//! Ferrovirt is installed again all the same ([`Reinstall`]).
 
 mod common;
 
 use std::io::{Read, Write};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use api::migration::{MigrationPhase, VirtualMachineInstanceMigration};
 use api::{VirtualMachine, VirtualMachineInstance, VmiPhase};
 use common::*;
-use ferrovirt_tests::{client, tiny_vm, wait_for, TestNamespace};
+use ferrovirt_tests::{client, patch_kubevirt_cr, tiny_vm, wait_for, ClusterChange, TestNamespace};
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
@@ -108,6 +112,70 @@ async fn leftovers(client: &Client) -> Vec<String> {
     left
 }
 
+/// When dropped during a panic (an assertion failed half-way through the removal), installs
+/// Ferrovirt again as hack/up.sh does, without waiting for it: a deletion still blocked is let
+/// go on (the uninstall strategy removed), the operator's manifest applied, the CR created
+/// once the old one is gone, and examples/vm-cirros.yaml applied.
+struct Reinstall;
+
+impl Drop for Reinstall {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let (_, deleting, _) = kubectl(&[
+            "-n",
+            NS,
+            "get",
+            "kv",
+            "kubevirt",
+            "-o",
+            "jsonpath={.metadata.deletionTimestamp}",
+        ]);
+        if !deleting.trim().is_empty() {
+            let _ = patch_kubevirt_cr(&serde_json::json!({"spec": {"uninstallStrategy": null}}));
+            let _ = kubectl(&[
+                "-n",
+                NS,
+                "wait",
+                "--for=delete",
+                "kv/kubevirt",
+                "--timeout=300s",
+            ]);
+        }
+        let operator = Path::new(RELEASE_DIR).join("ferrovirt-operator.yaml");
+        let cr = Path::new(RELEASE_DIR).join("kubevirt-cr.yaml");
+        let vm = repo().join("examples/vm-cirros.yaml");
+        for args in [
+            vec![
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "-f",
+                path(&operator),
+            ],
+            vec![
+                "wait",
+                "--for",
+                "condition=Established",
+                "--timeout=60s",
+                "crd/kubevirts.kubevirt.io",
+            ],
+            vec!["create", "-f", path(&cr)],
+            vec!["apply", "-f", path(&vm)],
+        ] {
+            let (ok, out, err) = kubectl(&args);
+            if !ok {
+                eprintln!("reinstalling: kubectl {}: {out}{err}", args.join(" "));
+            }
+        }
+    }
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().expect("a UTF-8 path")
+}
+
 /// `virtctl console NAME` with stdin piped: presses Enter until the guest's login prompt
 /// shows, then closes. Returns what the console printed.
 fn virtctl_console(namespace: &str, name: &str, timeout: Duration) -> String {
@@ -169,8 +237,10 @@ fn virtctl_console(namespace: &str, name: &str, timeout: Duration) -> String {
 
 #[tokio::test]
 async fn install_keep_in_shape_block_uninstall_remove_and_reinstall() {
+    let _change = ClusterChange::begin().await;
     let client = client().await;
     let tag = ensure_installed(&client).await;
+    let _reinstall = Reinstall;
     let kvs = kubevirts(&client);
 
     // 1. A VM runs on the install.

@@ -8,7 +8,8 @@
 //! expires, with the CA kept. Through it the install stays Deployed, virt-api's pods restart
 //! onto the new certificate, and kube-apiserver still reaches virt-api: a VM is admitted by its
 //! webhooks and the subresources API answers. Afterwards the strategy is removed and the CA
-//! Secret deleted, so the operator issues certificates with the default lifetimes again.
+//! Secret deleted, so the operator issues certificates with the default lifetimes again (also
+//! when an assertion fails), with the cluster lock held throughout (`ClusterChange`).
 
 mod common;
 
@@ -17,7 +18,7 @@ use std::time::Duration;
 
 use api::VirtualMachine;
 use common::*;
-use ferrovirt_tests::{client, patch_kubevirt_cr, tiny_vm, wait_for, TestNamespace};
+use ferrovirt_tests::{client, patch_kubevirt_cr, tiny_vm, wait_for, ClusterChange, TestNamespace};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
@@ -71,6 +72,7 @@ impl Drop for DefaultLifetimes {
 
 #[tokio::test]
 async fn certificates_rotate_before_expiry_and_virt_api_stays_reachable() {
+    let _change = ClusterChange::begin().await;
     let client = client().await;
     let tag = ensure_installed(&client).await;
     let ca0 = secret(&client, "kubevirt-ca").await["tls.crt"].clone();

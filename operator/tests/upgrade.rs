@@ -7,7 +7,9 @@
 //! new tag (`kubectl set image`, as an upgrade changes it); every component must roll to the
 //! new tag while the VMI keeps running: same UID, Running at every look, the same launcher Pod
 //! and the same launcher process (the VM was never restarted). Then back to the first build,
-//! the same way, so the cluster ends as hack/up.sh left it.
+//! the same way, so the cluster ends as hack/up.sh left it; when an assertion fails, the
+//! operator is set back to the first build all the same. The cluster lock is held throughout
+//! (`ClusterChange`).
 
 mod common;
 
@@ -17,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use api::{VirtualMachine, VirtualMachineInstance, VmiPhase};
 use common::*;
-use ferrovirt_tests::{client, launcher_pids, tiny_vm, wait_for, TestNamespace};
+use ferrovirt_tests::{client, launcher_pids, tiny_vm, wait_for, ClusterChange, TestNamespace};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
@@ -41,6 +43,28 @@ fn build_marked_images(marker: &str) -> String {
         .filter(|t| t.starts_with("devel-"))
         .unwrap_or_else(|| panic!("hack/images.sh printed no tag: {stdout}"))
         .to_string()
+}
+
+/// Sets the operator Deployment back to `tag` when dropped during a panic (a failed assertion
+/// mid-upgrade); the operator then rolls every component back.
+struct OperatorTag(String);
+
+impl Drop for OperatorTag {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _ = kubectl(&[
+                "-n",
+                NS,
+                "set",
+                "image",
+                "deployment/virt-operator",
+                &format!(
+                    "virt-operator=registry:5000/ferrovirt/virt-operator:{}",
+                    self.0
+                ),
+            ]);
+        }
+    }
 }
 
 /// The images the components' running pods run.
@@ -138,8 +162,10 @@ async fn roll_to(
 
 #[tokio::test]
 async fn components_roll_to_a_new_build_while_a_vm_keeps_running() {
+    let _change = ClusterChange::begin().await;
     let client = client().await;
     let first = ensure_installed(&client).await;
+    let _first_back = OperatorTag(first.clone());
     let second = build_marked_images(&format!("upgrade test from {first}"));
     assert_ne!(second, first, "the marked build must have its own tag");
 

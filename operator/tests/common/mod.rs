@@ -13,8 +13,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use kube::{Api, Client};
 
 pub const NS: &str = "kubevirt";
-/// Where hack/up.sh writes the release manifests of the build it installed.
-pub const RELEASE_DIR: &str = "/var/lib/ferrovirt-cluster/release";
+pub use ferrovirt_tests::RELEASE_DIR;
 /// Installing or rolling every component (image pulls, three workloads) on a loaded machine.
 pub const DEPLOY: Duration = Duration::from_secs(420);
 /// Starting a VMI.
