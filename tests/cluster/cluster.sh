@@ -29,7 +29,7 @@ usage: $0 COMMAND [ARGS]
                          build a one-layer image of ROOTFS and push it as REF
   build-binary-image REF BINARY...
                          image of BINARY(s) and their shared libraries (entrypoint: the first)
-  push-guest-images      push guest-images/build.sh's containerDisk and kernel images
+  push-guest-images      push guest-images/build.sh's containerDisk and kernel images, and the Debian cloud image
                          (as quay.io/kubevirt/cirros-container-disk-demo:latest and :devel,
                          quay.io/kubevirt/ferrovirt-kernel-boot:latest)
   kubectl ARGS...        the cluster's kubectl (v${KUBE_VERSION#v}) as cluster-admin
@@ -67,7 +67,9 @@ cmd_up() {
     start_registry
     ensure_pause_image
     ensure_busybox_image
+    ensure_vm_killer_image
     push_guest_images
+    push_debian_image
     [[ -e "$(node_dir "$CONTROL_NODE")/node.env" ]] || register_node "$CONTROL_NODE" 0 0
     local n
     for n in $(node_names); do start_node "$n"; done
@@ -157,7 +159,9 @@ build-binary-image)
     ;;
 push-guest-images)
     build_crane
+    ensure_vm_killer_image
     push_guest_images --required
+    push_debian_image
     ;;
 kubectl) kubectl_admin "$@" ;;
 kubeconfig) echo "$ADMIN_KUBECONFIG" ;;

@@ -99,6 +99,28 @@ ensure_busybox_image() {
     rm -rf "$root"
 }
 
+# KubeVirt's functional suite runs `pkill` in privileged Pods (hostPID) of its utility image
+# vm-killer (registry:5000/kubevirt/vm-killer, the prefix tests/kubevirt-suite/run.sh gives it).
+# Debian's busybox has no pkill: the image is busybox with images/pkill.sh as /usr/bin/pkill
+# (the -SIGNAL, -f and pattern forms the suite uses).
+VM_KILLER_IMAGE=registry:5000/kubevirt/vm-killer:pkill-1
+ensure_vm_killer_image() {
+    local root applet
+    if ! registry_has "$VM_KILLER_IMAGE"; then
+        root=$(mktemp -d)
+        mkdir -p "$root/bin" "$root/usr/bin" "$root/tmp" "$root/proc" "$root/sys" "$root/dev"
+        cp /bin/busybox "$root/bin/busybox"
+        for applet in $("$root/bin/busybox" --list); do
+            [[ $applet == busybox ]] || ln -sf busybox "$root/bin/$applet"
+        done
+        install -m 0755 "$HERE/images/pkill.sh" "$root/usr/bin/pkill"
+        build_image "$root" "$VM_KILLER_IMAGE" "" /bin/sh
+        rm -rf "$root"
+    fi
+    crane_ tag "$(local_ref "$VM_KILLER_IMAGE")" latest >/dev/null ||
+        die "could not tag $VM_KILLER_IMAGE as latest"
+}
+
 # The guest images that guest-images/build.sh leaves in its cache, under the
 # names KubeVirt's example manifests use.
 GUEST_IMAGES_DIR=${FERROVIRT_GUEST_IMAGES_CACHE:-$CACHE_DIR/guest-images}/current
@@ -129,3 +151,33 @@ push_guest_images() {
         push_image "$dir" "$ref"
     done
 }
+
+# The Debian 12 cloud image that guest-images/debian-cloud/build.sh leaves in its cache, as a
+# containerDisk (/disk/disk.img, KubeVirt's layout), tagged by its build key and `latest`.
+DEBIAN_IMAGE_DIR=${FERROVIRT_GUEST_IMAGES_CACHE:-$CACHE_DIR/guest-images}/debian-cloud/current
+DEBIAN_IMAGE_REF=registry:5000/ferrovirt/debian-cloud-container-disk
+
+# push_debian_image: push it when the registry does not have this build yet (not built: said).
+push_debian_image() {
+    local key root
+    if [[ ! -f $DEBIAN_IMAGE_DIR/disk.img ]]; then
+        log "no Debian cloud image in $DEBIAN_IMAGE_DIR (guest-images/debian-cloud/build.sh makes it); not pushed"
+        return 0
+    fi
+    key=$(sed -n 's/^key=//p' "$DEBIAN_IMAGE_DIR/info.txt")
+    [[ -n $key ]] || die "$DEBIAN_IMAGE_DIR/info.txt names no key"
+    if registry_has "$DEBIAN_IMAGE_REF:$key"; then
+        crane_ tag "$(local_ref "$DEBIAN_IMAGE_REF:$key")" latest >/dev/null ||
+            die "could not tag $DEBIAN_IMAGE_REF:$key as latest"
+        return 0
+    fi
+    root=$(mktemp -d)
+    mkdir -p "$root/disk"
+    cp --sparse=always "$DEBIAN_IMAGE_DIR/disk.img" "$root/disk/disk.img"
+    chmod 0755 "$root/disk" && chmod 0644 "$root/disk/disk.img"
+    build_image "$root" "$DEBIAN_IMAGE_REF:$key"
+    rm -rf "$root"
+    crane_ tag "$(local_ref "$DEBIAN_IMAGE_REF:$key")" latest >/dev/null ||
+        die "could not tag $DEBIAN_IMAGE_REF:$key as latest"
+}
+
