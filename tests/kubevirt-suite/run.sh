@@ -52,6 +52,27 @@ unpack() {
 suite=$(unpack tests.test)
 virtctl=$(unpack virtctl)
 
+# The suite changes the KubeVirt CR (useEmulation below; its Go client's updates of the CR
+# write empty certificateRotateStrategy, customizeComponents and workloadUpdateStrategy): hold
+# the lock that the tests changing cluster-wide objects hold (tests/src/cluster_lock.rs) for
+# the whole run, and put the CR's whole spec back as it was when the run ends, however it ends.
+# The suite and the parity check run without the lock's descriptor, so that nothing they leave
+# running holds the lock after this script.
+lock=/run/lock/ferrovirt-cluster-tests.lock
+exec {lock_fd}>>"$lock"
+if ! flock -n "$lock_fd"; then
+  echo "kubevirt-suite: waiting for $lock: a test is changing the cluster" >&2
+  flock "$lock_fd"
+fi
+spec_was=$(kubectl_admin -n kubevirt get kubevirt kubevirt -o jsonpath='{.spec}')
+[[ $spec_was == '{'* ]] || fail "no KubeVirt CR kubevirt/kubevirt: run hack/up.sh first"
+restore_spec() {
+  kubectl_admin -n kubevirt patch kubevirt kubevirt --type=json \
+    -p "[{\"op\":\"add\",\"path\":\"/spec\",\"value\":$spec_was}]" >/dev/null ||
+    echo "kubevirt-suite: could not put the KubeVirt CR's spec back to $spec_was" >&2
+}
+trap restore_spec EXIT
+
 # The namespaces the suite creates must not exist yet: remove what an earlier run left.
 kubectl_admin delete namespace --ignore-not-found --wait=true --timeout=180s \
   kubevirt-test-default1 kubevirt-test-alternative1 kubevirt-test-operator1 kubevirt-test-privileged1 >/dev/null
@@ -59,7 +80,7 @@ kubectl_admin delete namespace --ignore-not-found --wait=true --timeout=180s \
 # The suite refuses to start unless every node running virt-handler offers KVM and vhost-net
 # as devices, or the KubeVirt CR sets useEmulation. Without them (this machine has no
 # /dev/vhost-net, and its /dev/kvm runs no ordinary guest) VMs run on QEMU TCG anyway: say so
-# in the CR for the run, as a KubeVirt user on such nodes does, and put it back after.
+# in the CR for the run, as a KubeVirt user on such nodes does (restore_spec puts it back).
 devices_everywhere() {
   local kvm vhost
   kvm=$(kubectl_admin get nodes -l kubevirt.io/schedulable=true -o jsonpath='{range .items[*]}{.status.allocatable.devices\.kubevirt\.io/kvm}{" "}{end}')
@@ -75,7 +96,6 @@ if [[ $emulation_was != true ]] && ! devices_everywhere; then
       -p "{\"spec\":{\"configuration\":{\"developerConfiguration\":{\"useEmulation\":$1}}}}" >/dev/null
   }
   set_emulation true
-  trap 'set_emulation "${emulation_was:-null}"' EXIT
   kubectl_admin -n kubevirt wait kubevirt kubevirt --for=condition=Available --timeout=300s >/dev/null
 fi
 
@@ -113,7 +133,7 @@ timeout --kill-after=60 "$timeout" "$suite" \
   -virtctl-path="$virtctl" -kubectl-path="$KUBE_BIN/kubectl" \
   -config="$out/config.json" -artifacts="$out/artifacts" \
   "${focus[@]}" --ginkgo.v --ginkgo.no-color --ginkgo.timeout="$timeout" \
-  --ginkgo.json-report="$out/report.json" >"$out/suite.log" 2>&1 || rc=$?
+  --ginkgo.json-report="$out/report.json" {lock_fd}>&- >"$out/suite.log" 2>&1 || rc=$?
 [[ -s $out/report.json ]] || fail "the suite wrote no report (exit $rc); the end of $out/suite.log:
 $(tail -n 30 "$out/suite.log")"
 
@@ -124,5 +144,5 @@ python3 "$here/report.py" "$out/report.json" "$out/specs.txt" | tee "$out/summar
 ours=${CARGO_TARGET_DIR:-$here/../../target}/release/virtctl
 echo
 parity_rc=0
-"$here/virtctl-parity.sh" "$virtctl" "$ours" || parity_rc=$?
+"$here/virtctl-parity.sh" "$virtctl" "$ours" {lock_fd}>&- || parity_rc=$?
 ((suite_rc == 0 && parity_rc == 0))
