@@ -1,10 +1,15 @@
 //! End-to-end tests of Ferrovirt on the local cluster (`tests/cluster/`), brought up with
 //! Ferrovirt installed by `hack/up.sh`. Helpers: a client for that cluster (failing with what to
 //! run when it is not up), a namespace per test that is deleted even when the test fails, waits
-//! on conditions with deadlines, and the guest's serial console read from its node.
+//! on conditions with deadlines, the guest's serial console read from its node, and the one
+//! lock that tests changing cluster-wide objects hold (`cluster_lock`).
 #![forbid(unsafe_code)]
 
+pub mod cluster_lock;
+pub mod console;
 pub mod pty;
+
+pub use cluster_lock::{ClusterChange, ClusterLock};
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -16,6 +21,8 @@ use kube::{Api, Client, Config};
 
 /// The admin kubeconfig of the local cluster.
 pub const KUBECONFIG: &str = "/var/lib/ferrovirt-cluster/kubeconfig/admin.kubeconfig";
+/// Where hack/up.sh writes the release manifests of the build it installed.
+pub const RELEASE_DIR: &str = "/var/lib/ferrovirt-cluster/release";
 /// Where the cluster keeps each node's state (`<node>/holder.ready` has the pid whose mount
 /// namespace is the node's).
 pub const NODES_DIR: &str = "/var/lib/ferrovirt-cluster/nodes";

@@ -114,6 +114,43 @@ impl PtyProgram {
         }
     }
 
+    /// [`PtyProgram::expect`] for whichever of `needles` appears first; returns its index and
+    /// the text up to its end.
+    pub fn expect_any(
+        &mut self,
+        needles: &[&str],
+        timeout: Duration,
+    ) -> Result<(usize, String), String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let found = {
+                let out = self.output.lock().map(|o| o.clone()).unwrap_or_default();
+                let rest = &out[self.consumed.min(out.len())..];
+                needles
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, n)| find(rest, n.as_bytes()).map(|at| (at + n.len(), i)))
+                    .min()
+                    .map(|(len, i)| {
+                        let end = self.consumed + len;
+                        let text = String::from_utf8_lossy(&out[self.consumed..end]).into_owned();
+                        (end, i, text)
+                    })
+            };
+            if let Some((end, i, text)) = found {
+                self.consumed = end;
+                return Ok((i, text));
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "expected one of {needles:?} within {timeout:?}; the terminal showed:\n{}",
+                    self.output()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Marks everything printed so far as seen.
     pub fn skip_output(&mut self) {
         self.consumed = self.output.lock().map(|o| o.len()).unwrap_or(0);
@@ -179,5 +216,27 @@ mod tests {
         assert!(missing
             .expect_err("not printed")
             .contains("the terminal showed:"));
+    }
+
+    #[test]
+    fn expect_any_takes_whichever_comes_first_and_consumes_it() {
+        let mut program = PtyProgram::spawn(
+            std::path::Path::new("/bin/sh"),
+            &[
+                "-c",
+                "echo 'Login incorrect'; echo 'login: '; echo 'user$ '",
+            ],
+        );
+        let needles = ["$ ", "Login incorrect"];
+        let (first, text) = program
+            .expect_any(&needles, Duration::from_secs(10))
+            .expect("one of them");
+        assert_eq!((first, text.trim()), (1, "Login incorrect"));
+        let (second, _) = program
+            .expect_any(&needles, Duration::from_secs(10))
+            .expect("the prompt after it");
+        assert_eq!(second, 0);
+        let none = program.expect_any(&needles, Duration::from_millis(200));
+        assert!(none.expect_err("nothing more").contains("expected one of"));
     }
 }

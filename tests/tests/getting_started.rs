@@ -18,9 +18,9 @@
 use std::time::Duration;
 
 use api::{VirtualMachine, VirtualMachineInstance, VmiPhase};
-use ferrovirt_tests::pty::PtyProgram;
+use ferrovirt_tests::console::ConsoleSession;
 use ferrovirt_tests::{
-    client, kubectl, virtctl, virtctl_args, virtctl_binary, wait_for, CommandOutput, TestNamespace,
+    client, kubectl, virtctl, virtctl_binary, wait_for, CommandOutput, TestNamespace,
     GUEST_READY_MARKER,
 };
 use kube::api::PostParams;
@@ -116,94 +116,17 @@ fn kubectl_shows_running(namespace: &str) {
     );
 }
 
-/// A user's session on the VMI's serial console; returns the error with everything the
-/// terminal showed.
-struct ConsoleSession {
-    virtctl: PtyProgram,
-}
-
-impl ConsoleSession {
-    fn open(namespace: &str) -> Result<ConsoleSession, String> {
-        let args = virtctl_args(namespace, &["console", VM]);
-        let mut virtctl = PtyProgram::spawn(&virtctl_binary(), &args);
-        virtctl
-            .expect("The escape sequence is ^]", Duration::from_secs(120))
-            .map_err(|e| format!("virtctl console did not connect: {e}"))?;
-        // The console's backlog arrives first and raw mode goes on: let both settle.
-        std::thread::sleep(Duration::from_secs(2));
-        Ok(ConsoleSession { virtctl })
-    }
-
-    /// Presses Enter until `prompt` comes back (the guest may still be booting).
-    fn prompt(&mut self, prompt: &str, within: Duration) -> Result<(), String> {
-        let deadline = std::time::Instant::now() + within;
-        loop {
-            self.virtctl.skip_output();
-            self.virtctl.send(b"\r");
-            match self.virtctl.expect(prompt, Duration::from_secs(10)) {
-                Ok(_) => return Ok(()),
-                Err(e) if std::time::Instant::now() >= deadline => {
-                    return Err(format!("the guest did not show {prompt:?}: {e}"))
-                }
-                Err(_) => {}
-            }
-        }
-    }
-
-    fn login(&mut self) -> Result<(), String> {
-        self.prompt("login: ", START)?;
-        // Let the Enter presses of a slow boot drain before the user name goes in.
-        std::thread::sleep(Duration::from_secs(1));
-        self.virtctl.skip_output();
-        self.virtctl.send(format!("{USER}\r").as_bytes());
-        self.virtctl
-            .expect("Password: ", Duration::from_secs(60))
-            .map_err(|e| format!("no password prompt after the user name: {e}"))?;
-        self.virtctl.send(format!("{PASSWORD}\r").as_bytes());
-        self.virtctl
-            .expect("$ ", Duration::from_secs(90))
-            .map_err(|e| format!("no shell prompt after logging in as {USER}: {e}"))?;
-        Ok(())
-    }
-
-    /// Types `command` and waits for `output` (which the typed line itself must not contain).
-    fn run(&mut self, command: &str, output: &str) -> Result<(), String> {
-        assert!(!command.contains(output), "the echo alone would match");
-        self.virtctl.send(format!("{command}\r").as_bytes());
-        self.virtctl
-            .expect(output, Duration::from_secs(60))
-            .map_err(|e| format!("`{command}` in the guest: {e}"))?;
-        Ok(())
-    }
-
-    /// Ctrl+]: virtctl must end with exit code 0.
-    fn escape(mut self) -> Result<String, String> {
-        self.virtctl.send(&[0x1d]);
-        match self.virtctl.wait(Duration::from_secs(15)) {
-            Some(status) if status.success() => Ok(self.virtctl.output()),
-            Some(status) => Err(format!(
-                "virtctl console ended with {status} after Ctrl+]; the terminal showed:\n{}",
-                self.virtctl.output()
-            )),
-            None => Err(format!(
-                "virtctl console still runs 15 s after Ctrl+]; the terminal showed:\n{}",
-                self.virtctl.output()
-            )),
-        }
-    }
-}
-
 /// First session: log in and run a command.
 fn first_console_session(namespace: &str) -> Result<String, String> {
-    let mut console = ConsoleSession::open(namespace)?;
-    console.login()?;
+    let mut console = ConsoleSession::open(namespace, VM)?;
+    console.login(USER, PASSWORD, START)?;
     console.run("echo ferrovirt-$((6*7)) $(id -un)", "ferrovirt-42 cirros")?;
     console.escape()
 }
 
 /// A later session: the login shell from before is still there.
 fn second_console_session(namespace: &str) -> Result<String, String> {
-    let mut console = ConsoleSession::open(namespace)?;
+    let mut console = ConsoleSession::open(namespace, VM)?;
     console.prompt("$ ", Duration::from_secs(60))?;
     console.run("echo unpaused-$((5+5))", "unpaused-10")?;
     console.escape()

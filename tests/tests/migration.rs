@@ -12,9 +12,13 @@
 //!   VMI's LiveMigratable condition says it.
 //! - The KubeVirt CR's `bandwidthPerMigration` and `completionTimeoutPerGiB` reach the source:
 //!   a migration held to 256 KiB/s is cancelled at its completion timeout.
+//!
+//! Tests that disturb the whole cluster or a node (the KubeVirt CR's migration settings, a
+//! restarted virt-handler, whose device plugins then refuse Pods for a moment) hold the cluster
+//! lock alone (`ClusterChange`, which also puts the CR's spec back); the other migration tests
+//! hold it shared, beside each other but never beside a change, from any test binary.
 
 use std::io::Read;
-use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use api::migration::{MigrationPhase, VirtualMachineInstanceMigration};
@@ -22,7 +26,7 @@ use api::vmi::MigrationState;
 use api::{VirtualMachine, VirtualMachineInstance, VmiPhase};
 use ferrovirt_tests::{
     client, launcher_pids, patch_kubevirt_cr, read_console, restart_handler, virtctl, wait_for,
-    wait_running, TestNamespace,
+    wait_running, ClusterChange, ClusterLock, TestNamespace,
 };
 use k8s_openapi::api::core::v1::{Event, Node, PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -202,11 +206,6 @@ fn phase(m: &VirtualMachineInstanceMigration) -> Option<MigrationPhase> {
     m.status.as_ref().and_then(|s| s.phase)
 }
 
-/// Tests that disturb the whole cluster or a node (the KubeVirt CR's migration settings, a
-/// restarted virt-handler, whose device plugins then refuse Pods for a moment) run alone
-/// (write); the other migration tests of this binary beside each other (read).
-static ALONE: LazyLock<tokio::sync::RwLock<()>> = LazyLock::new(|| tokio::sync::RwLock::new(()));
-
 /// `spec.configuration.migrations` of the KubeVirt CR, removed again when dropped.
 struct MigrationSettings;
 
@@ -231,7 +230,7 @@ impl Drop for MigrationSettings {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn virtctl_migrate_moves_a_running_vm_to_the_other_node() {
-    let _shared = ALONE.read().await;
+    let _shared = ClusterLock::shared().await;
     let client = client().await;
     two_schedulable_nodes(&client).await;
     let namespace = TestNamespace::create(&client, "e2e-migrate").await;
@@ -543,7 +542,7 @@ async fn failed_and_still_counting_on_the_source(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_target_pod_fails_the_migration_and_the_vm_stays() {
-    let _shared = ALONE.read().await;
+    let _shared = ClusterLock::shared().await;
     let client = client().await;
     let namespace = TestNamespace::create(&client, "e2e-migkill").await;
     let ns = namespace.name.as_str();
@@ -565,7 +564,7 @@ async fn killing_the_target_pod_fails_the_migration_and_the_vm_stays() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_handler_restarted_mid_migration_settles_it_and_the_vm_stays() {
-    let _alone = ALONE.write().await;
+    let _alone = ClusterChange::begin().await;
     let client = client().await;
     let namespace = TestNamespace::create(&client, "e2e-mighandler").await;
     let ns = namespace.name.as_str();
@@ -660,7 +659,7 @@ async fn a_vmi_with_a_read_write_once_pvc_is_refused_with_the_reason() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn virtctl_migrate_cancel_stops_a_running_migration() {
-    let _shared = ALONE.read().await;
+    let _shared = ClusterLock::shared().await;
     let client = client().await;
     let namespace = TestNamespace::create(&client, "e2e-migcancel").await;
     let ns = namespace.name.as_str();
@@ -703,7 +702,7 @@ async fn virtctl_migrate_cancel_stops_a_running_migration() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_crs_bandwidth_and_completion_timeout_cancel_a_slow_migration() {
-    let _alone = ALONE.write().await;
+    let _alone = ClusterChange::begin().await;
     let client = client().await;
     let namespace = TestNamespace::create(&client, "e2e-migslow").await;
     let ns = namespace.name.as_str();

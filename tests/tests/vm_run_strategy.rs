@@ -1,11 +1,14 @@
 //! VirtualMachine run strategies on the local cluster: Halted and Always start and stop the VMI,
-//! RerunOnFailure replaces a VMI whose launcher crashed, and Once does not.
+//! RerunOnFailure replaces a VMI whose launcher crashed (a Warning `Stopped` event on the crashed
+//! one, as KubeVirt records), and Once does not; `virtctl stop` and `start` on a RerunOnFailure
+//! VM stop and start it by requests and keep its strategy.
 
 use std::time::Duration;
 
 use api::{VirtualMachine, VirtualMachineInstance, VmiPhase};
-use ferrovirt_tests::{client, kill_launcher, tiny_vm, wait_for, TestNamespace};
-use kube::api::{Patch, PatchParams, PostParams};
+use ferrovirt_tests::{client, kill_launcher, tiny_vm, virtctl, wait_for, TestNamespace};
+use k8s_openapi::api::core::v1::Event;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::json;
 
@@ -128,4 +131,48 @@ async fn rerun_on_failure_replaces_a_crashed_vmi_and_once_does_not() {
         status.1
     );
     printable_status(&vms, "once", "Stopped").await;
+
+    // Each crashed VMI got KubeVirt's Warning `Stopped` event.
+    let events: Api<Event> = Api::namespaced(client.clone(), &namespace.name);
+    for uid in &uids {
+        wait_for(
+            "a Warning Stopped event on the crashed VMI",
+            START,
+            || async {
+                let list = events
+                    .list(&ListParams::default().fields(&format!("involvedObject.uid={uid}")))
+                    .await
+                    .ok()?;
+                list.items
+                    .iter()
+                    .any(|e| {
+                        e.type_.as_deref() == Some("Warning")
+                            && e.reason.as_deref() == Some("Stopped")
+                    })
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+
+    // virtctl stop: the VMI goes, the strategy stays, and no new VMI comes.
+    let stop = virtctl(&namespace.name, &["stop", "rerun"]);
+    assert_eq!(stop.code, Some(0), "virtctl stop: {stop:?}");
+    wait_for("the rerun VMI to be gone", START, || async {
+        vmis.get_opt("rerun").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    printable_status(&vms, "rerun", "Stopped").await;
+    // An observation window, not a wait for a condition: the VM must stay stopped.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        vmis.get_opt("rerun").await.expect("get").is_none(),
+        "a stopped RerunOnFailure VM was started again"
+    );
+    let vm = vms.get("rerun").await.expect("VM");
+    assert_eq!(vm.spec.run_strategy.as_deref(), Some("RerunOnFailure"));
+    // virtctl start: a Start request runs it again.
+    let start = virtctl(&namespace.name, &["start", "rerun"]);
+    assert_eq!(start.code, Some(0), "virtctl start: {start:?}");
+    vmi_in_phase(&vmis, "rerun", VmiPhase::Running).await;
 }
