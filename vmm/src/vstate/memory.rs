@@ -148,7 +148,8 @@ pub fn resident_bytes(mem: &GuestMemoryMmap) -> std::io::Result<u64> {
     Ok(total)
 }
 
-#[cfg(test)]
+/// The KVM tier (`--features kvm`): these read KVM's dirty log from /dev/kvm.
+#[cfg(all(test, feature = "kvm"))]
 mod tests {
     use super::*;
     use vm_memory::Bytes;
