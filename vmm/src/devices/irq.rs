@@ -19,6 +19,7 @@ use log::warn;
 use vmm_sys_util::eventfd::EventFd;
 
 use crate::devices::virtio::worker::{self, WorkerEvent, WorkerHandle};
+use crate::seccomp::ThreadKind;
 
 /// First GSI past the IOAPIC's 24 pins: where MSI vectors start.
 pub const FIRST_MSI_GSI: u32 = 24;
@@ -147,14 +148,19 @@ impl Resampler {
             })
             .collect();
         let lines = self.lines.clone();
-        worker::spawn("irq-resample", events, move |token, _| {
-            if let Some(line) = lines.get(token as usize) {
-                let _ = line.resamplefd.read();
-                if (line.pending)() {
-                    line.line.raise();
+        worker::spawn(
+            "irq-resample",
+            ThreadKind::Worker,
+            events,
+            move |token, _| {
+                if let Some(line) = lines.get(token as usize) {
+                    let _ = line.resamplefd.read();
+                    if (line.pending)() {
+                        line.line.raise();
+                    }
                 }
-            }
-        })
+            },
+        )
         .map(Some)
     }
 }

@@ -18,6 +18,7 @@ use vmm_sys_util::eventfd::EventFd;
 
 use super::worker::{self, EventRegistry, WorkerEvent, WorkerHandle};
 use super::Interrupt;
+use crate::seccomp::ThreadKind;
 use crate::vstate::memory::GuestMemoryMmap;
 
 /// What a device gets when the driver sets DRIVER_OK.
@@ -91,10 +92,12 @@ pub fn queue_events(queue_evts: &[EventFd]) -> Vec<WorkerEvent> {
 pub struct DeviceWorker(Option<WorkerHandle>);
 
 impl DeviceWorker {
-    /// Starts the worker thread `name` over `events` (a running one is stopped first).
+    /// Starts the worker thread `name` over `events` (a running one is stopped first), with the
+    /// seccomp filter of `kind`.
     pub fn start<F>(
         &mut self,
         name: &str,
+        kind: ThreadKind,
         events: Vec<WorkerEvent>,
         handler: F,
     ) -> Result<(), ActivateError>
@@ -102,7 +105,7 @@ impl DeviceWorker {
         F: FnMut(u64, &EventRegistry<'_>) + Send + 'static,
     {
         self.stop();
-        self.0 = Some(worker::spawn(name, events, handler).map_err(ActivateError::Worker)?);
+        self.0 = Some(worker::spawn(name, kind, events, handler).map_err(ActivateError::Worker)?);
         Ok(())
     }
 
@@ -139,7 +142,7 @@ impl DeviceWorker {
             });
         }
         let mut state = make(mem, queue, interrupt);
-        self.start(name, events, move |token, _| {
+        self.start(name, ThreadKind::Worker, events, move |token, _| {
             let fired = match token {
                 0 => Some(&evt),
                 WAKE_TOKEN => wake.as_deref(),

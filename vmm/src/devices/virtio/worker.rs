@@ -138,8 +138,14 @@ impl Drop for WorkerHandle {
     }
 }
 
-/// Starts a worker thread named `name`.
-pub fn spawn<F>(name: &str, events: Vec<WorkerEvent>, mut handler: F) -> io::Result<WorkerHandle>
+/// Starts a worker thread named `name`; `kind` is the seccomp filter it narrows its starter's
+/// to when that thread is filtered ([`crate::seccomp`]).
+pub fn spawn<F>(
+    name: &str,
+    kind: crate::seccomp::ThreadKind,
+    events: Vec<WorkerEvent>,
+    mut handler: F,
+) -> io::Result<WorkerHandle>
 where
     F: FnMut(u64, &EventRegistry<'_>) + Send + 'static,
 {
@@ -165,11 +171,7 @@ where
     }
     // Started by a filtered vCPU thread (a driver's DRIVER_OK), the worker narrows that filter
     // to its own kind before it reads a queue.
-    let filter = crate::seccomp::current_thread_filtered().then_some(if name == "virtio-vsock" {
-        crate::seccomp::ThreadKind::VsockWorker
-    } else {
-        crate::seccomp::ThreadKind::Worker
-    });
+    let filter = crate::seccomp::current_thread_filtered().then_some(kind);
     let thread = std::thread::Builder::new()
         .name(name.into())
         .spawn(move || {
@@ -223,6 +225,7 @@ mod tests {
         let thread_evt = evt.try_clone().unwrap();
         let mut worker = spawn(
             "test-worker",
+            crate::seccomp::ThreadKind::Worker,
             vec![WorkerEvent {
                 fd: evt.as_raw_fd(),
                 token: 0,

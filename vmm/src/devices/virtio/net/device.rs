@@ -5,6 +5,7 @@ use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 
+use crate::seccomp::ThreadKind;
 use crate::vstate::memory::GuestMemoryMmap;
 use log::warn;
 use virtio_queue::{Queue, QueueT};
@@ -250,7 +251,9 @@ impl VirtioDevice for Net {
             tx_buf: Vec::with_capacity(MAX_FRAME_LEN),
         };
         self.worker
-            .start("virtio-net", events, move |token, _| state.handle(token))
+            .start("virtio-net", ThreadKind::Worker, events, move |token, _| {
+                state.handle(token)
+            })
     }
 
     fn device_worker(&mut self) -> &mut DeviceWorker {

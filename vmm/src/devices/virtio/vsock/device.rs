@@ -7,6 +7,7 @@ use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::seccomp::ThreadKind;
 use crate::vstate::memory::GuestMemoryMmap;
 use log::warn;
 use virtio_queue::{Queue, QueueOwnedT, QueueT};
@@ -193,10 +194,12 @@ impl VirtioDevice for Vsock {
             interrupt,
             muxer,
         };
-        self.worker
-            .start("virtio-vsock", events, move |token, reg| {
-                state.handle(token, reg)
-            })
+        self.worker.start(
+            "virtio-vsock",
+            ThreadKind::VsockWorker,
+            events,
+            move |token, reg| state.handle(token, reg),
+        )
     }
 
     fn device_worker(&mut self) -> &mut DeviceWorker {
