@@ -1,5 +1,7 @@
 //! `VirtualMachineInstanceReplicaSet`: N interchangeable VMIs from one template.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -51,6 +53,18 @@ pub struct VirtualMachineInstanceReplicaSetSpec {
     pub paused: Option<bool>,
     #[serde(flatten)]
     pub other: Other,
+}
+
+impl VirtualMachineInstanceReplicaSetSpec {
+    /// The labels of the template's VMIs (none when the template has no metadata), which the
+    /// selector must match.
+    pub fn template_labels(&self) -> BTreeMap<String, String> {
+        self.template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.labels.clone())
+            .unwrap_or_default()
+    }
 }
 
 /// Observed replicas (`v1.VirtualMachineInstanceReplicaSetStatus`).

@@ -25,13 +25,7 @@ pub fn validate_replica_set(rs: &VirtualMachineInstanceReplicaSet) -> Result<(),
         }
     }
     let selector = &rs.spec.selector;
-    let labels = rs
-        .spec
-        .template
-        .metadata
-        .as_ref()
-        .and_then(|m| m.labels.clone())
-        .unwrap_or_default();
+    let labels = rs.spec.template_labels();
     let match_labels = selector.match_labels.clone().unwrap_or_default();
     let expressions = selector.match_expressions.clone().unwrap_or_default();
     if match_labels.is_empty() && expressions.is_empty() {

@@ -88,13 +88,7 @@ pub fn plan(
         return Err(Invalid::NoUid);
     }
     let selector = &rs.spec.selector;
-    let template_labels = rs
-        .spec
-        .template
-        .metadata
-        .as_ref()
-        .and_then(|m| m.labels.clone())
-        .unwrap_or_default();
+    let template_labels = rs.spec.template_labels();
     if template_labels.is_empty()
         || !api::selector::matches(selector, &template_labels).map_err(Invalid::Selector)?
     {
