@@ -89,6 +89,43 @@ pub enum SeccompError {
     Build(ThreadKind, #[source] seccompiler::BackendError),
     #[error("install the {0:?} filter")]
     Install(ThreadKind, #[source] seccompiler::Error),
+    #[error("drop the capabilities of the {0:?} thread")]
+    Capabilities(ThreadKind, #[source] std::io::Error),
+}
+
+/// Empties the calling thread's effective, permitted and inheritable capability sets (and so
+/// its ambient set): the launcher runs as root with the capabilities its setup needs (taps,
+/// cgroups), and a guest-facing thread needs none of them. Capabilities are per thread in
+/// Linux; the launcher's own threads keep theirs.
+pub fn drop_capabilities() -> std::io::Result<()> {
+    /// `struct __user_cap_header_struct`.
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    /// `struct __user_cap_data_struct`: version 3 takes two, capabilities 0-31 and 32-63.
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+    let header = Header {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [Data::default(); 2];
+    // SAFETY: capset reads the header and two data structs, both live for the call; pid 0 is
+    // the calling thread.
+    let rc = unsafe { libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr()) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 /// The compiled filter of `kind`.
@@ -125,8 +162,13 @@ fn errno_filter(
 const OPEN: &[libc::c_long] = &[libc::SYS_open, libc::SYS_openat, libc::SYS_openat2];
 
 /// Installs the filter of `kind` on the calling thread (and the SIGSYS handler, once per
-/// process); what the thread starts from then on inherits it.
+/// process); what the thread starts from then on inherits it. A vCPU thread first gives up
+/// every capability ([`drop_capabilities`]): the workers it starts inherit none (and their
+/// filter has no `capset`).
 pub fn install(kind: ThreadKind) -> Result<(), SeccompError> {
+    if kind == ThreadKind::Vcpu {
+        drop_capabilities().map_err(|e| SeccompError::Capabilities(kind, e))?;
+    }
     install_sigsys_handler();
     let build = |e| SeccompError::Build(kind, e);
     let program = program(kind)?;

@@ -82,6 +82,55 @@ fn what_a_vcpu_does() {
     assert_eq!(worker.join().expect("worker"), b'x');
 }
 
+/// The `Cap*` and `Seccomp` lines of `/proc/self/task/TID/status`.
+fn task_status(tid: libc::pid_t, field: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status"))
+        .expect("the thread's status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .unwrap_or_else(|| panic!("no {field} in the thread's status:\n{status}"))
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn a_filtered_vcpu_thread_holds_no_capabilities() {
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let vcpu = std::thread::spawn(move || {
+        install(ThreadKind::Vcpu).expect("install the vCPU filter");
+        // SAFETY: gettid has no arguments.
+        tid_tx.send(unsafe { libc::gettid() }).expect("send tid");
+        done_rx.recv().expect("told to end");
+    });
+    let tid = tid_rx.recv().expect("the vCPU thread's tid");
+    // SAFETY: gettid has no arguments.
+    let own = unsafe { libc::gettid() };
+    println!(
+        "the test's thread: CapEff {}, CapPrm {}",
+        task_status(own, "CapEff:"),
+        task_status(own, "CapPrm:")
+    );
+    let seen = [
+        ("CapEff:", task_status(tid, "CapEff:")),
+        ("CapPrm:", task_status(tid, "CapPrm:")),
+        ("CapInh:", task_status(tid, "CapInh:")),
+        ("CapAmb:", task_status(tid, "CapAmb:")),
+        ("Seccomp:", task_status(tid, "Seccomp:")),
+    ];
+    done_tx.send(()).expect("end the vCPU thread");
+    vcpu.join().expect("the vCPU thread");
+    for (field, value) in &seen[..4] {
+        assert_eq!(
+            value, "0000000000000000",
+            "{field} of the filtered vCPU thread"
+        );
+    }
+    // 2: SECCOMP_MODE_FILTER.
+    assert_eq!(seen[4].1, "2", "the vCPU thread's seccomp mode");
+}
+
 #[test]
 fn every_kind_compiles_to_a_program_the_kernel_takes() {
     for kind in [
