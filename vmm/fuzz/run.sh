@@ -17,7 +17,7 @@ rustup run nightly rustc --version >/dev/null 2>&1 || {
 }
 passed=0
 failed=0
-for target in blk_request net_tx net_rx vsock_tx pci_access; do
+for target in blk_request net_tx net_rx vsock_tx pci_access migration_stream; do
     mkdir -p "corpus/$target"
     # No sanitizer: the code under test is safe Rust; libFuzzer still finds panics and hangs.
     if cargo +nightly fuzz run --sanitizer none "$target" "corpus/$target" -- \

@@ -59,6 +59,7 @@ mod disk;
 mod memory;
 pub mod pci_state;
 mod receive;
+pub use receive::parse_stream;
 mod send;
 pub mod state;
 pub mod wire;

@@ -47,6 +47,38 @@ pub(super) fn receive<S: Read + Write>(
 ) -> Result<(Vmm, bool), ReceiveError> {
     let machine = build_machine(config).map_err(ReceiveError::Build)?;
     wire::read_preamble(stream)?;
+    let hello = read_hello(stream)?;
+    check_hello(&machine, &hello)?;
+    let disks = target_disks(&machine, &hello)?;
+    write_reply(stream, preamble_sent, REPLY_ACCEPTED, "accepted")?;
+
+    let state = receive_sections(stream, &machine.mem, &disks)?;
+    for (slot, disk) in &disks {
+        disk.flush().map_err(|source| ReceiveError::WriteDisk {
+            slot: *slot,
+            offset: 0,
+            source,
+        })?;
+    }
+    let vmm = restore_machine(machine, &state)?;
+    Ok((vmm, hello.paused))
+}
+
+/// What the target reads of a stream before it has a VM to check it against: the preamble,
+/// the HELLO (decoded, not compared with a machine), then the sections up to END, memory
+/// written into `mem` and disk sections refused (there are no disks); returns the STATE
+/// payload. Every byte of the stream is the source's and untrusted: vmm/fuzz's
+/// `migration_stream` target runs this on arbitrary input.
+pub fn parse_stream<R: Read>(
+    stream: &mut R,
+    mem: &GuestMemoryMmap,
+) -> Result<Vec<u8>, ReceiveError> {
+    wire::read_preamble(stream)?;
+    read_hello(stream)?;
+    receive_sections(stream, mem, &[])
+}
+
+fn read_hello<R: Read>(stream: &mut R) -> Result<Hello, ReceiveError> {
     let (tag, len) = wire::read_section_header(stream)?;
     if tag != wire::TAG_HELLO {
         return Err(WireError::UnexpectedSection {
@@ -55,12 +87,21 @@ pub(super) fn receive<S: Read + Write>(
         }
         .into());
     }
-    let hello = Hello::decode(&wire::read_payload(stream, tag, len, HELLO_LIMIT)?)?;
-    check_hello(&machine, &hello)?;
-    let disks = target_disks(&machine, &hello)?;
-    write_reply(stream, preamble_sent, REPLY_ACCEPTED, "accepted")?;
+    Ok(Hello::decode(&wire::read_payload(
+        stream,
+        tag,
+        len,
+        HELLO_LIMIT,
+    )?)?)
+}
 
-    let mem = machine.mem.clone();
+/// The sections after HELLO up to END: memory into `mem`, disk blocks into `disks`; the STATE
+/// payload (there must be one).
+fn receive_sections<R: Read>(
+    stream: &mut R,
+    mem: &GuestMemoryMmap,
+    disks: &[(u32, DiskHandle)],
+) -> Result<Vec<u8>, ReceiveError> {
     let memory_limit = MEMORY_SECTION_BYTES as u64 + DIRTY_BLOCK + 64;
     let mut state = None;
     loop {
@@ -68,11 +109,11 @@ pub(super) fn receive<S: Read + Write>(
         match tag {
             wire::TAG_MEMORY => {
                 let payload = wire::read_payload(stream, tag, len, memory_limit)?;
-                apply_memory(&mem, &payload)?;
+                apply_memory(mem, &payload)?;
             }
             wire::TAG_DISK => {
                 let payload = wire::read_payload(stream, tag, len, memory_limit)?;
-                apply_disk(&disks, &payload)?;
+                apply_disk(disks, &payload)?;
             }
             wire::TAG_STATE => state = Some(wire::read_payload(stream, tag, len, STATE_LIMIT)?),
             wire::TAG_END => break,
@@ -85,16 +126,7 @@ pub(super) fn receive<S: Read + Write>(
             }
         }
     }
-    let state = state.ok_or(ReceiveError::NoState)?;
-    for (slot, disk) in &disks {
-        disk.flush().map_err(|source| ReceiveError::WriteDisk {
-            slot: *slot,
-            offset: 0,
-            source,
-        })?;
-    }
-    let vmm = restore_machine(machine, &state)?;
-    Ok((vmm, hello.paused))
+    state.ok_or(ReceiveError::NoState)
 }
 
 pub(super) fn check_hello(machine: &Machine, hello: &Hello) -> Result<(), ReceiveError> {
