@@ -128,6 +128,40 @@ pub fn drop_capabilities() -> std::io::Result<()> {
     }
 }
 
+/// Linux's `CAP_NET_ADMIN`: what attaching to a tap by name (`TUNSETIFF`) takes.
+const CAP_NET_ADMIN: libc::c_ulong = 12;
+
+/// Makes the program `command` starts hold no capability, but `CAP_NET_ADMIN` when
+/// `keep_net_admin`, and gain none: in the child, before it executes, every other capability
+/// leaves the bounding set (so the root user's execve does not grant it) and `no_new_privs` is
+/// set (so setuid and file capabilities grant nothing back). A parent without `CAP_SETPCAP`
+/// (not root) has nothing to drop: the child only gets `no_new_privs`.
+pub fn confine_child(command: &mut std::process::Command, keep_net_admin: bool) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec; it makes only prctl calls,
+    // which are async-signal-safe, and allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            for cap in 0..64 {
+                if keep_net_admin && cap == CAP_NET_ADMIN {
+                    continue;
+                }
+                if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 {
+                    match std::io::Error::last_os_error().raw_os_error() {
+                        // Past the kernel's last capability, or not allowed to drop any.
+                        Some(libc::EINVAL) | Some(libc::EPERM) => break,
+                        _ => return Err(std::io::Error::last_os_error()),
+                    }
+                }
+            }
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// The compiled filter of `kind`.
 pub fn program(kind: ThreadKind) -> Result<BpfProgram, SeccompError> {
     let build = |e| SeccompError::Build(kind, e);

@@ -253,3 +253,44 @@ fn the_sigsys_message_formats_numbers_on_the_stack() {
     full.push(&[b'x'; 300]);
     assert_eq!(full.len, 256, "a long message is cut, not overflowed");
 }
+
+/// The `Cap*` and `NoNewPrivs` lines of a program started through [`confine_child`].
+fn confined_status(keep_net_admin: bool) -> String {
+    let mut command = Command::new("/bin/cat");
+    command.arg("/proc/self/status");
+    confine_child(&mut command, keep_net_admin);
+    let out = command.output().expect("run cat under confine_child");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).expect("status is text")
+}
+
+fn status_field(status: &str, field: &str) -> String {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .unwrap_or_else(|| panic!("no {field} in:\n{status}"))
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn a_confined_child_holds_only_the_capability_it_keeps_and_gains_none() {
+    // SAFETY: geteuid has no arguments.
+    let root = unsafe { libc::geteuid() } == 0;
+    for (keep_net_admin, bounding) in [(false, "0000000000000000"), (true, "0000000000001000")] {
+        let status = confined_status(keep_net_admin);
+        assert_eq!(status_field(&status, "NoNewPrivs:"), "1", "{status}");
+        if root {
+            for field in ["CapBnd:", "CapPrm:", "CapEff:"] {
+                assert_eq!(
+                    status_field(&status, field),
+                    bounding,
+                    "{field} with keep_net_admin {keep_net_admin}"
+                );
+            }
+        } else {
+            // Not root: nothing to drop, and execve grants nothing.
+            assert_eq!(status_field(&status, "CapEff:"), "0000000000000000");
+        }
+    }
+}

@@ -93,6 +93,29 @@ async fn nocloud_vmi_on_qemu_tcg() {
         .stats
         .as_ref()
         .is_some_and(|s| s.vmm_pid > 0 && s.memory_bytes == 128 << 20));
+    // QEMU runs the guest with none of the launcher's capabilities (this VMI has no NIC, so
+    // not even CAP_NET_ADMIN) and cannot gain any.
+    let qemu_pid = running.stats.as_ref().map_or(0, |s| s.vmm_pid);
+    let status =
+        std::fs::read_to_string(format!("/proc/{qemu_pid}/status")).expect("QEMU's status");
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+            .unwrap_or_default()
+            .to_string()
+    };
+    println!(
+        "QEMU (pid {qemu_pid}): CapEff {}, CapBnd {}, NoNewPrivs {}",
+        field("CapEff:"),
+        field("CapBnd:"),
+        field("NoNewPrivs:")
+    );
+    for cap in ["CapEff:", "CapPrm:", "CapBnd:"] {
+        assert_eq!(field(cap), "0000000000000000", "QEMU's {cap}");
+    }
+    assert_eq!(field("NoNewPrivs:"), "1", "QEMU's NoNewPrivs");
 
     // A second SyncVMI for the same VMI changes nothing.
     let again = client

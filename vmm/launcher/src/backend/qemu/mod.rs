@@ -175,7 +175,11 @@ impl QemuVm {
             arguments.extend(["-incoming".to_string(), "defer".to_string()]);
         }
         log::info!("starting {} {}", qemu.display(), arguments.join(" "));
-        let mut child = Command::new(&qemu)
+        // QEMU runs the guest (under TCG every guest instruction goes through it): it gets
+        // none of the launcher's capabilities but the one attaching its tap takes.
+        let mut command = Command::new(&qemu);
+        vmm::seccomp::confine_child(&mut command, !config.net.is_empty());
+        let mut child = command
             .args(&arguments)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
