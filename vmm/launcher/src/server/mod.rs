@@ -231,8 +231,15 @@ pub async fn serve(
         }
     });
 
-    let _ = std::fs::remove_file(&launcher_sock);
-    let listener = UnixListener::bind(&launcher_sock)
+    // Bound and listening under a name of its own, then renamed into place: whoever sees
+    // launcher-sock (virt-handler, the tests) can connect. Bound in place, the file exists
+    // between bind(2) and listen(2), and a client that came then was refused. The temporary
+    // name is shorter, so it fits wherever launcher-sock does.
+    let binding = dir.join(".new-sock");
+    let _ = std::fs::remove_file(&binding);
+    let listener =
+        UnixListener::bind(&binding).map_err(|e| ServeError::Listen(binding.clone(), e))?;
+    std::fs::rename(&binding, &launcher_sock)
         .map_err(|e| ServeError::Listen(launcher_sock.clone(), e))?;
     log::info!("listening on {}", launcher_sock.display());
     let service = LauncherService {
