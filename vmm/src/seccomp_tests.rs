@@ -82,16 +82,11 @@ fn what_a_vcpu_does() {
     assert_eq!(worker.join().expect("worker"), b'x');
 }
 
-/// The `Cap*` and `Seccomp` lines of `/proc/self/task/TID/status`.
+/// A line of `/proc/self/task/TID/status` (`Cap*`, `Seccomp`).
 fn task_status(tid: libc::pid_t, field: &str) -> String {
     let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status"))
         .expect("the thread's status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .unwrap_or_else(|| panic!("no {field} in the thread's status:\n{status}"))
-        .trim()
-        .to_string()
+    status_field(&status, field)
 }
 
 #[test]
@@ -264,6 +259,7 @@ fn confined_status(keep_net_admin: bool) -> String {
     String::from_utf8(out.stdout).expect("status is text")
 }
 
+/// The value of `field` (`Name:`) in a `/proc/.../status` text.
 fn status_field(status: &str, field: &str) -> String {
     status
         .lines()
