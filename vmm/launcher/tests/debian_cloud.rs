@@ -34,19 +34,7 @@ async fn a_debian_cloud_image_boots_and_applies_its_cloud_init() {
     let mut client = client(&dirs).await;
     let console = ConsoleReader::connect(&dirs);
     let synced = Instant::now();
-    let domain = match sync_emulated(
-        &mut client,
-        serde_json::to_vec(&debian_vmi("vmi-debian", None)).expect("json"),
-        "",
-    )
-    .await
-    {
-        Ok(response) => response.domain.expect("domain"),
-        Err(status) => panic!(
-            "SyncVMI failed: {status}\nlauncher log:\n{}",
-            process.log_text()
-        ),
-    };
+    let domain = sync_emulated_domain(&mut client, &debian_vmi("vmi-debian", None), &process).await;
     println!("SyncVMI took {:?}; boot: {}", synced.elapsed(), domain.boot);
     assert_eq!(domain.boot_origin, v1::BootOrigin::UserDisk as i32);
     let release = &image.kernel_release;

@@ -45,14 +45,7 @@ async fn boots_to_login(
     let console = ConsoleReader::connect(&dirs);
     let synced = Instant::now();
     let vmi = debian_vmi(&format!("vmi-{name}"), Some(firmware));
-    let domain = match sync_emulated(&mut client, serde_json::to_vec(&vmi).expect("json"), "").await
-    {
-        Ok(response) => response.domain.expect("domain"),
-        Err(status) => panic!(
-            "SyncVMI failed: {status}\nlauncher log:\n{}",
-            process.log_text()
-        ),
-    };
+    let domain = sync_emulated_domain(&mut client, &vmi, &process).await;
     println!(
         "{name}: SyncVMI took {:?}; boot: {}",
         synced.elapsed(),

@@ -52,19 +52,7 @@ async fn a_partitioned_cloud_image_boots_its_own_kernel() {
     let process = LauncherProcess::start_with_guest(&dirs, &artifacts);
     let mut client = client(&dirs).await;
     let console = ConsoleReader::connect(&dirs);
-    let domain = match sync_emulated(
-        &mut client,
-        serde_json::to_vec(&cloud_vmi()).expect("json"),
-        "",
-    )
-    .await
-    {
-        Ok(response) => response.domain.expect("domain"),
-        Err(status) => panic!(
-            "SyncVMI failed: {status}\nlauncher log:\n{}",
-            process.log_text()
-        ),
-    };
+    let domain = sync_emulated_domain(&mut client, &cloud_vmi(), &process).await;
     println!("boot: {}", domain.boot);
     assert_eq!(domain.boot_origin, v1::BootOrigin::UserDisk as i32);
     assert_eq!(

@@ -378,8 +378,26 @@ pub async fn sync_native(
     vmi: &serde_json::Value,
     process: &LauncherProcess,
 ) -> v1::Domain {
+    sync_domain(client, vmi, false, process).await
+}
+
+/// [`sync_native`] with useEmulation (QEMU TCG), without a notify socket.
+pub async fn sync_emulated_domain(
+    client: &mut v1::launcher_client::LauncherClient<Channel>,
+    vmi: &serde_json::Value,
+    process: &LauncherProcess,
+) -> v1::Domain {
+    sync_domain(client, vmi, true, process).await
+}
+
+async fn sync_domain(
+    client: &mut v1::launcher_client::LauncherClient<Channel>,
+    vmi: &serde_json::Value,
+    use_emulation: bool,
+    process: &LauncherProcess,
+) -> v1::Domain {
     let vmi_json = serde_json::to_vec(vmi).expect("json");
-    match sync(client, vmi_json, false, "").await {
+    match sync(client, vmi_json, use_emulation, "").await {
         Ok(response) => response.domain.expect("domain"),
         Err(status) => panic!("SyncVMI: {status}\nlauncher log:\n{}", process.log_text()),
     }
