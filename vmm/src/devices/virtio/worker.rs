@@ -138,8 +138,8 @@ impl Drop for WorkerHandle {
     }
 }
 
-/// Starts a worker thread named `name`; `kind` is the seccomp filter it narrows its starter's
-/// to when that thread is filtered ([`crate::seccomp`]).
+/// Starts a worker thread named `name`; `kind` is the seccomp filter it installs when the
+/// filters are on ([`crate::seccomp`]).
 pub fn spawn<F>(
     name: &str,
     kind: crate::seccomp::ThreadKind,
@@ -169,9 +169,10 @@ where
     for event in events {
         EventRegistry(&epoll).add(event)?;
     }
-    // Started by a filtered vCPU thread (a driver's DRIVER_OK), the worker narrows that filter
-    // to its own kind before it reads a queue.
-    let filter = crate::seccomp::current_thread_filtered().then_some(kind);
+    // The worker installs its kind's filter before it reads a queue: started by a filtered
+    // vCPU thread (a driver's DRIVER_OK) it narrows that one; started by an unfiltered thread
+    // (a migration target's restore) it is filtered all the same.
+    let filter = crate::seccomp::enabled().then_some(kind);
     let thread = std::thread::Builder::new()
         .name(name.into())
         .spawn(move || {
@@ -255,5 +256,50 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         worker.stop();
+    }
+
+    /// A worker started by a thread without a filter (as a migration target's restore starts
+    /// them) installs its kind's filter and holds no capability all the same.
+    #[test]
+    fn a_worker_started_by_an_unfiltered_thread_is_filtered() {
+        assert!(crate::seccomp::enabled());
+        assert!(!crate::seccomp::current_thread_filtered());
+        let evt = EventFd::new(libc::EFD_NONBLOCK).unwrap();
+        let thread_evt = evt.try_clone().unwrap();
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let mut worker = spawn(
+            "test-worker",
+            crate::seccomp::ThreadKind::Worker,
+            vec![WorkerEvent {
+                fd: evt.as_raw_fd(),
+                token: 0,
+                edge_triggered: false,
+            }],
+            move |_, _| {
+                let _ = thread_evt.read();
+                // SAFETY: gettid has no arguments.
+                let _ = tid_tx.send(unsafe { libc::gettid() });
+            },
+        )
+        .unwrap();
+        evt.write(1).unwrap();
+        let tid = tid_rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the worker ran its handler");
+        let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap();
+        worker.stop();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(str::trim)
+                .unwrap_or_default()
+                .to_string()
+        };
+        // 2: SECCOMP_MODE_FILTER.
+        assert_eq!(field("Seccomp:"), "2", "{status}");
+        for cap in ["CapEff:", "CapPrm:", "CapInh:"] {
+            assert_eq!(field(cap), "0000000000000000", "{cap} of the worker");
+        }
     }
 }
