@@ -14,6 +14,7 @@
 pub mod acpi;
 pub mod arch;
 pub mod builder;
+pub mod capabilities;
 /// The host capability probe; it lives in the handler <-> launcher contract, so that
 /// virt-handler probes its node without linking the VMM.
 pub use contract::capability;

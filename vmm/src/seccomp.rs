@@ -11,7 +11,8 @@
 //! - [`ThreadKind::Vcpu`]: `KVM_RUN` and the other KVM ioctls (BARs moved, irqfds), the serial
 //!   console's output, memory and futexes, and what starting a device worker takes, because a
 //!   driver's DRIVER_OK write activates the device on the vCPU thread. A worker started there
-//!   inherits the filter and adds its own, so it holds the narrower of the two.
+//!   inherits the filter and adds its own, so it holds the narrower of the two. A worker
+//!   started elsewhere (a migration target's restore, a reset) installs its own all the same.
 //! - [`ThreadKind::Worker`] (block, net, rng): epoll, eventfds, reads and writes of its disk or
 //!   tap, `fdatasync` for a flush.
 //! - [`ThreadKind::VsockWorker`]: epoll and eventfds as a worker, and Unix stream sockets,
@@ -20,9 +21,11 @@
 //! Not one of them may execute a program, create a process (`clone` without `CLONE_THREAD`;
 //! `clone3`, whose flags a filter cannot read, fails with ENOSYS so glibc falls back to
 //! `clone`), open a socket other than a Unix one, signal another process, ptrace, mount or
-//! change credentials: those trap. Opening a file fails with EACCES instead (see [`OPEN`]).
+//! change credentials (but give up capabilities): those trap. Opening a file fails with EACCES
+//! instead (see [`OPEN`]). Every filtered thread holds no capability.
 //! The launcher's own threads (gRPC, migration, QEMU) are not filtered: they do what the
-//! handler asks, not what the guest does.
+//! handler asks, not what the guest does. Once the VM runs they give up their capabilities too
+//! ([`crate::capabilities::drop_process`]).
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -89,77 +92,8 @@ pub enum SeccompError {
     Build(ThreadKind, #[source] seccompiler::BackendError),
     #[error("install the {0:?} filter")]
     Install(ThreadKind, #[source] seccompiler::Error),
-    #[error("drop the capabilities of the {0:?} thread")]
+    #[error("give up the capabilities of the {0:?} thread")]
     Capabilities(ThreadKind, #[source] std::io::Error),
-}
-
-/// Empties the calling thread's effective, permitted and inheritable capability sets (and so
-/// its ambient set): the launcher runs as root with the capabilities its setup needs (taps,
-/// cgroups), and a guest-facing thread needs none of them. Capabilities are per thread in
-/// Linux; the launcher's own threads keep theirs.
-pub fn drop_capabilities() -> std::io::Result<()> {
-    /// `struct __user_cap_header_struct`.
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: libc::c_int,
-    }
-    /// `struct __user_cap_data_struct`: version 3 takes two, capabilities 0-31 and 32-63.
-    #[repr(C)]
-    #[derive(Clone, Copy, Default)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
-    let header = Header {
-        version: LINUX_CAPABILITY_VERSION_3,
-        pid: 0,
-    };
-    let data = [Data::default(); 2];
-    // SAFETY: capset reads the header and two data structs, both live for the call; pid 0 is
-    // the calling thread.
-    let rc = unsafe { libc::syscall(libc::SYS_capset, &header as *const Header, data.as_ptr()) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
-/// Linux's `CAP_NET_ADMIN`: what attaching to a tap by name (`TUNSETIFF`) takes.
-const CAP_NET_ADMIN: libc::c_ulong = 12;
-
-/// Makes the program `command` starts hold no capability, but `CAP_NET_ADMIN` when
-/// `keep_net_admin`, and gain none: in the child, before it executes, every other capability
-/// leaves the bounding set (so the root user's execve does not grant it) and `no_new_privs` is
-/// set (so setuid and file capabilities grant nothing back). A parent without `CAP_SETPCAP`
-/// (not root) has nothing to drop: the child only gets `no_new_privs`.
-pub fn confine_child(command: &mut std::process::Command, keep_net_admin: bool) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs in the child between fork and exec; it makes only prctl calls,
-    // which are async-signal-safe, and allocates nothing.
-    unsafe {
-        command.pre_exec(move || {
-            for cap in 0..64 {
-                if keep_net_admin && cap == CAP_NET_ADMIN {
-                    continue;
-                }
-                if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 {
-                    match std::io::Error::last_os_error().raw_os_error() {
-                        // Past the kernel's last capability, or not allowed to drop any.
-                        Some(libc::EINVAL) | Some(libc::EPERM) => break,
-                        _ => return Err(std::io::Error::last_os_error()),
-                    }
-                }
-            }
-            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
 }
 
 /// The compiled filter of `kind`.
@@ -196,13 +130,10 @@ fn errno_filter(
 const OPEN: &[libc::c_long] = &[libc::SYS_open, libc::SYS_openat, libc::SYS_openat2];
 
 /// Installs the filter of `kind` on the calling thread (and the SIGSYS handler, once per
-/// process); what the thread starts from then on inherits it. A vCPU thread first gives up
-/// every capability ([`drop_capabilities`]): the workers it starts inherit none (and their
-/// filter has no `capset`).
+/// process); what the thread starts from then on inherits it. The thread first gives up every
+/// capability ([`crate::capabilities::drop_thread`]).
 pub fn install(kind: ThreadKind) -> Result<(), SeccompError> {
-    if kind == ThreadKind::Vcpu {
-        drop_capabilities().map_err(|e| SeccompError::Capabilities(kind, e))?;
-    }
+    crate::capabilities::drop_thread().map_err(|e| SeccompError::Capabilities(kind, e))?;
     install_sigsys_handler();
     let build = |e| SeccompError::Build(kind, e);
     let program = program(kind)?;
@@ -337,13 +268,18 @@ fn rules(kind: ThreadKind) -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccompile
         libc::F_SETFL,
     ];
     rules.insert(libc::SYS_fcntl, arg_is(1, &fcntl.map(|op| op as u64))?);
-    // Naming a new worker thread, and the worker narrowing its filter ([`install`]).
+    // Naming a new worker thread, and the worker narrowing its filter ([`install`]); giving up
+    // capabilities, which can only lower what the thread holds (a worker's own, and the
+    // launcher's process-wide drop, [`crate::capabilities::drop_process`]).
     let prctl = [
         libc::PR_SET_NAME,
         libc::PR_GET_NAME,
         libc::PR_SET_NO_NEW_PRIVS,
+        libc::PR_CAPBSET_DROP,
     ];
     rules.insert(libc::SYS_prctl, arg_is(0, &prctl.map(|op| op as u64))?);
+    rules.insert(libc::SYS_capget, Vec::new());
+    rules.insert(libc::SYS_capset, Vec::new());
     rules.insert(
         libc::SYS_seccomp,
         arg_is(0, &[u64::from(libc::SECCOMP_SET_MODE_FILTER)])?,
@@ -491,4 +427,4 @@ fn syscall_name(nr: libc::c_long) -> &'static str {
 
 #[cfg(test)]
 #[path = "seccomp_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -8,11 +8,11 @@ use vmm_sys_util::eventfd::EventFd;
 use super::*;
 
 /// Set in the copy of the test binary that a test starts to be killed.
-const CHILD_ENV: &str = "FERROVIRT_SECCOMP_TEST_CHILD";
+pub(crate) const CHILD_ENV: &str = "FERROVIRT_SECCOMP_TEST_CHILD";
 
 /// Runs this test binary's test `name` again in a child process with [`CHILD_ENV`] set to
 /// `mode`; its exit status and stderr.
-fn run_child(name: &str, mode: &str) -> (Option<i32>, String, String) {
+pub(crate) fn run_child(name: &str, mode: &str) -> (Option<i32>, String, String) {
     let out = Command::new(std::env::current_exe().expect("test binary"))
         .args(["--exact", name, "--nocapture", "--test-threads", "1"])
         .env(CHILD_ENV, mode)
@@ -249,44 +249,12 @@ fn the_sigsys_message_formats_numbers_on_the_stack() {
     assert_eq!(full.len, 256, "a long message is cut, not overflowed");
 }
 
-/// The `Cap*` and `NoNewPrivs` lines of a program started through [`confine_child`].
-fn confined_status(keep_net_admin: bool) -> String {
-    let mut command = Command::new("/bin/cat");
-    command.arg("/proc/self/status");
-    confine_child(&mut command, keep_net_admin);
-    let out = command.output().expect("run cat under confine_child");
-    assert!(out.status.success(), "{out:?}");
-    String::from_utf8(out.stdout).expect("status is text")
-}
-
 /// The value of `field` (`Name:`) in a `/proc/.../status` text.
-fn status_field(status: &str, field: &str) -> String {
+pub(crate) fn status_field(status: &str, field: &str) -> String {
     status
         .lines()
         .find_map(|l| l.strip_prefix(field))
         .unwrap_or_else(|| panic!("no {field} in:\n{status}"))
         .trim()
         .to_string()
-}
-
-#[test]
-fn a_confined_child_holds_only_the_capability_it_keeps_and_gains_none() {
-    // SAFETY: geteuid has no arguments.
-    let root = unsafe { libc::geteuid() } == 0;
-    for (keep_net_admin, bounding) in [(false, "0000000000000000"), (true, "0000000000001000")] {
-        let status = confined_status(keep_net_admin);
-        assert_eq!(status_field(&status, "NoNewPrivs:"), "1", "{status}");
-        if root {
-            for field in ["CapBnd:", "CapPrm:", "CapEff:"] {
-                assert_eq!(
-                    status_field(&status, field),
-                    bounding,
-                    "{field} with keep_net_admin {keep_net_admin}"
-                );
-            }
-        } else {
-            // Not root: nothing to drop, and execve grants nothing.
-            assert_eq!(status_field(&status, "CapEff:"), "0000000000000000");
-        }
-    }
 }

@@ -178,7 +178,7 @@ impl QemuVm {
         // QEMU runs the guest (under TCG every guest instruction goes through it): it gets
         // none of the launcher's capabilities but the one attaching its tap takes.
         let mut command = Command::new(&qemu);
-        vmm::seccomp::confine_child(&mut command, !config.net.is_empty());
+        vmm::capabilities::confine_child(&mut command, !config.net.is_empty());
         let mut child = command
             .args(&arguments)
             .stdin(Stdio::null())
