@@ -129,6 +129,7 @@ impl ConsoleRelay {
         let mut buf = [0u8; 4096];
         loop {
             let n = match stream.read(&mut buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Ok(0) | Err(_) => break,
                 Ok(n) => n,
             };
@@ -153,6 +154,7 @@ impl ConsoleRelay {
         let mut buf = [0u8; 1024];
         loop {
             let n = match client.read(&mut buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,
             };

@@ -74,6 +74,10 @@ struct Flags {
     /// (to find out whether a filter is what stops a guest).
     #[arg(long)]
     no_seccomp: bool,
+    /// Keep the launcher's capabilities once the VM runs (by default every thread gives up all
+    /// but CAP_NET_ADMIN for the VM's tap).
+    #[arg(long)]
+    keep_capabilities: bool,
 }
 
 fn main() -> ExitCode {
@@ -97,6 +101,7 @@ fn main() -> ExitCode {
         tap_device: flags.tap,
         pod_network: flags.pod_network,
         ovmf_dir: flags.ovmf_dir,
+        drop_capabilities: !flags.keep_capabilities,
         force_backend: match flags.backend {
             BackendFlag::Auto => None,
             BackendFlag::Kvm => Some(BackendKind::Kvm),

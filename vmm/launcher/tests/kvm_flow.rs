@@ -175,6 +175,9 @@ async fn counter_guest_on_kvm() {
         "KVM counter guest: COUNT {first} on the console {:?} after SyncVMI",
         started.elapsed()
     );
+    // The VM runs: the launcher's threads (and the VMM's vCPU threads among them) hold no
+    // capability, this VMI having no NIC.
+    process.assert_capabilities_at_most(0);
 
     client
         .pause(v1::VmiRequest::default())

@@ -9,6 +9,7 @@
 //! `startStrategy: Paused`). A second call while the VM exists changes nothing.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -59,6 +60,10 @@ pub struct Settings {
     pub force_backend: Option<BackendKind>,
     /// Where OVMF is (`--ovmf-dir`, Debian's `/usr/share/OVMF`).
     pub ovmf_dir: PathBuf,
+    /// Once the VM first runs, every thread of the process gives up its capabilities but
+    /// `CAP_NET_ADMIN` for the VM's tap ([`vmm::capabilities::drop_process`]); off with
+    /// `--keep-capabilities`, and in tests that run the launcher inside their own process.
+    pub drop_capabilities: bool,
 }
 
 impl Settings {
@@ -90,6 +95,9 @@ struct Vm {
     /// The serial socket the console relay attaches to once the VM has arrived (KVM migration
     /// target: the VMM creates it when the stream builds the VM).
     console_after_migration: Option<PathBuf>,
+    /// Whether the VM has a tap: the launcher keeps `CAP_NET_ADMIN` for it (a QEMU or a domain
+    /// started again opens it by name).
+    has_tap: bool,
 }
 
 /// The launcher: settings, the console relay, the VM once there is one.
@@ -101,6 +109,8 @@ pub struct Launcher {
     notify_socket: Mutex<Option<PathBuf>>,
     /// The pod network, set up once for the launcher's (the Pod's) lifetime.
     network: Mutex<Option<PodNetwork>>,
+    /// Whether the process gave up its capabilities (once, when the VM first ran).
+    capabilities_dropped: AtomicBool,
 }
 
 impl Launcher {
@@ -112,6 +122,7 @@ impl Launcher {
             vm: Mutex::new(None),
             notify_socket: Mutex::new(None),
             network: Mutex::new(None),
+            capabilities_dropped: AtomicBool::new(false),
         }
     }
 
@@ -134,6 +145,9 @@ impl Launcher {
         log::info!("domain {}: {:?} ({reason})", vm.info.vmi.name, state);
         vm.info.state = state;
         vm.info.reason = reason.to_string();
+        if state == DomainState::Running {
+            self.give_up_capabilities(vm);
+        }
         let socket = self
             .notify_socket
             .lock()
@@ -142,6 +156,35 @@ impl Launcher {
         if let Some(socket) = socket {
             let domain = self.domain(vm);
             self.notifier.send(socket, domain);
+        }
+    }
+
+    /// Once the VM runs, the launcher has set up all that needed privileges (the pod network,
+    /// QEMU started, the disks open): every thread gives up its capabilities but the tap's.
+    /// A failure leaves the VM running and says so.
+    fn give_up_capabilities(&self, vm: &Vm) {
+        if !self.settings.drop_capabilities
+            || self.capabilities_dropped.swap(true, Ordering::SeqCst)
+        {
+            return;
+        }
+        let (keep, kept) = if vm.has_tap {
+            (
+                vmm::capabilities::mask(vmm::capabilities::CAP_NET_ADMIN),
+                "CAP_NET_ADMIN for the tap",
+            )
+        } else {
+            (0, "none")
+        };
+        match vmm::capabilities::drop_process(keep) {
+            Ok(signalled) => log::info!(
+                "the VM runs: the launcher gave up its capabilities on every thread \
+                 ({signalled} signalled); kept: {kept}"
+            ),
+            Err(e) => log::error!(
+                "the VM runs, but the launcher could not give up its capabilities: {}",
+                super::error::chain(&e)
+            ),
         }
     }
 
@@ -307,6 +350,7 @@ impl Launcher {
             writable_disks,
             migration,
             console_after_migration,
+            has_tap: !config.net.is_empty(),
         };
         self.set_state(&mut vm, state, reason);
         let domain = self.domain(&mut vm);

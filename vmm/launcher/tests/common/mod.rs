@@ -219,6 +219,34 @@ impl LauncherProcess {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Asserts that every thread of the launcher holds no capability outside `keep` and can
+    /// gain none ([`vmm::capabilities::ThreadCapabilities::holds_at_most`]), as it should once
+    /// its VM runs; returns how many threads it read.
+    pub fn assert_capabilities_at_most(&self, keep: u64) -> usize {
+        let pid = self.child.id();
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the launcher's threads");
+        let mut threads = 0;
+        for task in tasks {
+            let path = task.expect("a thread").path();
+            let Ok(status) = std::fs::read_to_string(path.join("status")) else {
+                continue; // the thread ended
+            };
+            let caps = vmm::capabilities::ThreadCapabilities::parse(&status)
+                .unwrap_or_else(|| panic!("no capability lines in {}", path.display()));
+            let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+            assert!(
+                caps.holds_at_most(keep),
+                "launcher thread {} ({}) holds more than {keep:#x}: {caps:?}\n{}",
+                path.display(),
+                name.trim(),
+                self.log_text()
+            );
+            threads += 1;
+        }
+        println!("the launcher's {threads} threads hold at most {keep:#x} and gain none");
+        threads
+    }
+
     /// Whether the launcher process is still running.
     pub fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))

@@ -291,10 +291,12 @@ fn prepare_firmware(machine: &Machine, paths: &args::QemuPaths) -> Result<(), Qe
 
 fn keep_tail(mut pipe: impl Read, tail: Arc<Mutex<String>>) {
     let mut buf = [0u8; 1024];
-    while let Ok(n) = pipe.read(&mut buf) {
-        if n == 0 {
-            break;
-        }
+    loop {
+        let n = match pipe.read(&mut buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
         let text = String::from_utf8_lossy(&buf[..n]);
         log::debug!("qemu: {}", text.trim_end());
         if let Ok(mut tail) = tail.lock() {
