@@ -117,6 +117,8 @@ fn a_process_wide_drop_reaches_every_thread_and_breaks_none() {
         vcpu_rx.recv().is_ok()
     });
     let vcpu_tid = vcpu_tid_rx.recv().expect("the vCPU thread's tid");
+    // Most likely the reader is in its read by now, which is the case SA_RESTART is for; had it
+    // not got there yet, the signal is handled all the same and the test still holds.
     std::thread::sleep(Duration::from_millis(50));
 
     let signalled = drop_process(keep).expect("drop_process");
