@@ -218,13 +218,12 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicU32, Ordering};
 
-    #[test]
-    fn a_paused_worker_handles_nothing_until_resumed() {
+    /// A `Worker`-kind worker on one eventfd (returned, to be written), running `on_event` each
+    /// time the eventfd is read.
+    fn worker_on_eventfd(mut on_event: impl FnMut() + Send + 'static) -> (WorkerHandle, EventFd) {
         let evt = EventFd::new(libc::EFD_NONBLOCK).unwrap();
-        let handled = Arc::new(AtomicU32::new(0));
-        let seen = handled.clone();
         let thread_evt = evt.try_clone().unwrap();
-        let mut worker = spawn(
+        let worker = spawn(
             "test-worker",
             crate::seccomp::ThreadKind::Worker,
             vec![WorkerEvent {
@@ -234,10 +233,20 @@ mod tests {
             }],
             move |_, _| {
                 let _ = thread_evt.read();
-                seen.fetch_add(1, Ordering::SeqCst);
+                on_event();
             },
         )
         .unwrap();
+        (worker, evt)
+    }
+
+    #[test]
+    fn a_paused_worker_handles_nothing_until_resumed() {
+        let handled = Arc::new(AtomicU32::new(0));
+        let seen = handled.clone();
+        let (mut worker, evt) = worker_on_eventfd(move || {
+            seen.fetch_add(1, Ordering::SeqCst);
+        });
         worker.pause();
         evt.write(1).unwrap();
         std::thread::sleep(Duration::from_millis(100));
@@ -264,24 +273,11 @@ mod tests {
     fn a_worker_started_by_an_unfiltered_thread_is_filtered() {
         assert!(crate::seccomp::enabled());
         assert!(!crate::seccomp::current_thread_filtered());
-        let evt = EventFd::new(libc::EFD_NONBLOCK).unwrap();
-        let thread_evt = evt.try_clone().unwrap();
         let (tid_tx, tid_rx) = std::sync::mpsc::channel();
-        let mut worker = spawn(
-            "test-worker",
-            crate::seccomp::ThreadKind::Worker,
-            vec![WorkerEvent {
-                fd: evt.as_raw_fd(),
-                token: 0,
-                edge_triggered: false,
-            }],
-            move |_, _| {
-                let _ = thread_evt.read();
-                // SAFETY: gettid has no arguments.
-                let _ = tid_tx.send(unsafe { libc::gettid() });
-            },
-        )
-        .unwrap();
+        let (mut worker, evt) = worker_on_eventfd(move || {
+            // SAFETY: gettid has no arguments.
+            let _ = tid_tx.send(unsafe { libc::gettid() });
+        });
         evt.write(1).unwrap();
         let tid = tid_rx
             .recv_timeout(Duration::from_secs(5))
