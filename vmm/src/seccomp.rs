@@ -23,9 +23,11 @@
 //! `clone`), open a socket other than a Unix one, signal another process, ptrace, mount or
 //! change credentials (but give up capabilities): those trap. Opening a file fails with EACCES
 //! instead (see [`OPEN`]). Every filtered thread holds no capability.
-//! The launcher's own threads (gRPC, migration, QEMU) are not filtered: they do what the
-//! handler asks, not what the guest does. Once the VM runs they give up their capabilities too
-//! ([`crate::capabilities::drop_process`]).
+//! The launcher's own threads (gRPC, migration, QEMU) do what the handler asks, not what the
+//! guest does: they have no allow-list, but the whole launcher, and every program it starts,
+//! runs under [`deny_in_process`] from its first line, which closes what a compromised launcher
+//! would reach for to leave its Pod (namespaces, mounts, ptrace, modules, BPF, keyrings, ...).
+//! Once the VM runs they give up their capabilities too ([`crate::capabilities::drop_process`]).
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -94,6 +96,10 @@ pub enum SeccompError {
     Install(ThreadKind, #[source] seccompiler::Error),
     #[error("give up the capabilities of the {0:?} thread")]
     Capabilities(ThreadKind, #[source] std::io::Error),
+    #[error("build the process-wide filter")]
+    BuildProcess(#[source] seccompiler::BackendError),
+    #[error("install the process-wide filter")]
+    InstallProcess(#[source] seccompiler::Error),
 }
 
 /// The compiled filter of `kind`.
@@ -145,6 +151,113 @@ pub fn install(kind: ThreadKind) -> Result<(), SeccompError> {
         seccompiler::apply_filter(filter).map_err(|e| SeccompError::Install(kind, e))?;
     }
     KIND.with(|k| k.set(kind as u8));
+    Ok(())
+}
+
+/// What no thread of a launcher needs, nor any program it starts: each fails with EPERM, as
+/// most of them would for an unprivileged process, so a program that tries one copes.
+/// Namespaces and mounts, tracing and other processes' memory, kernel modules and kexec, BPF,
+/// perf events, userfaultfd, io_uring, keyrings, the clock, swap, reboot, raw port I/O, file
+/// handles (the open_by_handle_at escape) and the kernel log.
+pub const PROCESS_DENIED: &[libc::c_long] = &[
+    libc::SYS_unshare,
+    libc::SYS_setns,
+    libc::SYS_mount,
+    libc::SYS_umount2,
+    libc::SYS_pivot_root,
+    libc::SYS_chroot,
+    libc::SYS_open_tree,
+    libc::SYS_move_mount,
+    libc::SYS_fsopen,
+    libc::SYS_fsconfig,
+    libc::SYS_fsmount,
+    libc::SYS_fspick,
+    libc::SYS_mount_setattr,
+    libc::SYS_ptrace,
+    libc::SYS_process_vm_readv,
+    libc::SYS_process_vm_writev,
+    libc::SYS_kcmp,
+    libc::SYS_init_module,
+    libc::SYS_finit_module,
+    libc::SYS_delete_module,
+    libc::SYS_kexec_load,
+    libc::SYS_kexec_file_load,
+    libc::SYS_bpf,
+    libc::SYS_perf_event_open,
+    libc::SYS_userfaultfd,
+    libc::SYS_io_uring_setup,
+    libc::SYS_io_uring_enter,
+    libc::SYS_io_uring_register,
+    libc::SYS_keyctl,
+    libc::SYS_add_key,
+    libc::SYS_request_key,
+    libc::SYS_settimeofday,
+    libc::SYS_clock_settime,
+    libc::SYS_clock_adjtime,
+    libc::SYS_adjtimex,
+    libc::SYS_swapon,
+    libc::SYS_swapoff,
+    libc::SYS_reboot,
+    libc::SYS_acct,
+    libc::SYS_quotactl,
+    libc::SYS_iopl,
+    libc::SYS_ioperm,
+    libc::SYS_open_by_handle_at,
+    libc::SYS_name_to_handle_at,
+    libc::SYS_syslog,
+    libc::SYS_uselib,
+    libc::SYS_vhangup,
+];
+
+/// The namespace flags of clone(2) that [`deny_in_process`] refuses (`CLONE_NEWTIME` shares its
+/// bit with the exit signal's field, so it is left to the missing capability).
+const CLONE_NAMESPACES: &[libc::c_int] = &[
+    libc::CLONE_NEWNS,
+    libc::CLONE_NEWCGROUP,
+    libc::CLONE_NEWUTS,
+    libc::CLONE_NEWIPC,
+    libc::CLONE_NEWUSER,
+    libc::CLONE_NEWPID,
+    libc::CLONE_NEWNET,
+];
+
+/// The process-wide filter: [`PROCESS_DENIED`], and clone(2) with a namespace flag, fail with
+/// EPERM; everything else is let through.
+pub fn process_program() -> Result<BpfProgram, SeccompError> {
+    let build = SeccompError::BuildProcess;
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = PROCESS_DENIED
+        .iter()
+        .map(|call| (*call, Vec::new()))
+        .collect();
+    let clone = CLONE_NAMESPACES
+        .iter()
+        .map(|flag| {
+            let flag = *flag as u64;
+            SeccompRule::new(vec![cond(0, SeccompCmpOp::MaskedEq(flag), flag)?])
+        })
+        .collect::<Result<_, _>>()
+        .map_err(build)?;
+    rules.insert(libc::SYS_clone, clone);
+    SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        TargetArch::x86_64,
+    )
+    .and_then(BpfProgram::try_from)
+    .map_err(build)
+}
+
+/// Installs the process-wide filter on the calling thread; every thread and program it starts
+/// from then on inherits it. The launcher calls it first thing, before it has another thread.
+/// clone3(2), whose flags a filter cannot read, fails with ENOSYS, so glibc falls back to
+/// clone(2) and its flags are checked. Sets `no_new_privs`, as any filter needs.
+pub fn deny_in_process() -> Result<(), SeccompError> {
+    let enosys =
+        errno_filter(&[libc::SYS_clone3], libc::ENOSYS).map_err(SeccompError::BuildProcess)?;
+    for filter in [&enosys, &process_program()?] {
+        seccompiler::apply_filter(filter).map_err(SeccompError::InstallProcess)?;
+    }
     Ok(())
 }
 

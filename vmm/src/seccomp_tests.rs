@@ -258,3 +258,84 @@ pub(crate) fn status_field(status: &str, field: &str) -> String {
         .trim()
         .to_string()
 }
+
+/// Two calls the process-wide filter denies, and what they return: keyctl with an operation no
+/// kernel has (EOPNOTSUPP without the filter, for any user), and a read of the process's own
+/// memory with no iovec arrays (EINVAL without it).
+fn denied_probes() -> (i64, i64) {
+    let result = |r: libc::c_long| {
+        if r < 0 {
+            -i64::from(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+        } else {
+            r
+        }
+    };
+    // SAFETY: keyctl with an unknown operation reads no memory; process_vm_readv with null
+    // iovec arrays reads and writes none.
+    unsafe {
+        (
+            result(libc::syscall(libc::SYS_keyctl, 9999, 0, 0, 0, 0)),
+            result(libc::syscall(
+                libc::SYS_process_vm_readv,
+                libc::getpid(),
+                std::ptr::null::<libc::iovec>(),
+                0,
+                std::ptr::null::<libc::iovec>(),
+                0,
+                0,
+            )),
+        )
+    }
+}
+
+#[test]
+fn the_process_wide_filter_denies_with_eperm_in_every_later_thread_and_program() {
+    let eperm = -i64::from(libc::EPERM);
+    if std::env::var(CHILD_ENV).as_deref() == Ok("process") {
+        let unfiltered = (-i64::from(libc::EOPNOTSUPP), -i64::from(libc::EINVAL));
+        assert_eq!(denied_probes(), unfiltered, "unfiltered");
+        super::deny_in_process().expect("the process-wide filter");
+        assert_eq!(denied_probes(), (eperm, eperm), "on the installing thread");
+        let thread = std::thread::spawn(move || {
+            // SAFETY: unshare takes flags only.
+            let unshared = unsafe { libc::unshare(libc::CLONE_NEWUTS) };
+            (
+                denied_probes(),
+                unshared,
+                std::io::Error::last_os_error().raw_os_error(),
+            )
+        })
+        .join()
+        .expect("a thread started afterwards");
+        assert_eq!(thread.0, (eperm, eperm), "on a thread started afterwards");
+        assert_eq!((thread.1, thread.2), (-1, Some(libc::EPERM)), "unshare");
+        // A program started afterwards runs, and under the filter.
+        let out = Command::new("cat")
+            .arg("/proc/self/status")
+            .output()
+            .expect("cat runs under the filter");
+        let status = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(status_field(&status, "Seccomp:"), "2", "{status}");
+        let filters: u32 = status_field(&status, "Seccomp_filters:").parse().unwrap();
+        assert!(filters >= 2, "the program's filters: {filters}");
+        assert_eq!(status_field(&status, "NoNewPrivs:"), "1");
+        println!("PROCESS-FILTER-HOLDS");
+        return;
+    }
+    let (status, stdout, stderr) = run_child(
+        "seccomp::tests::the_process_wide_filter_denies_with_eperm_in_every_later_thread_and_program",
+        "process",
+    );
+    assert_eq!(status, Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("PROCESS-FILTER-HOLDS"), "{stdout}");
+}
+
+#[test]
+fn the_process_wide_filter_compiles_to_a_program_the_kernel_takes() {
+    let program = super::process_program().expect("compile");
+    assert!(
+        !program.is_empty() && program.len() < 4096,
+        "{} instructions",
+        program.len()
+    );
+}
