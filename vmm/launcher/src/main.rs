@@ -70,8 +70,9 @@ struct Flags {
     /// Force a backend instead of choosing it.
     #[arg(long, value_enum, default_value = "auto")]
     backend: BackendFlag,
-    /// Run the KVM backend's vCPU threads and device workers without their seccomp filters
-    /// (to find out whether a filter is what stops a guest).
+    /// Run without seccomp: neither the KVM backend's vCPU threads and device workers' filters
+    /// nor the launcher's process-wide one (to find out whether a filter is what stops a
+    /// guest).
     #[arg(long)]
     no_seccomp: bool,
     /// Keep the launcher's capabilities once the VM runs (by default every thread gives up all
@@ -84,6 +85,16 @@ fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let flags = Flags::parse();
     vmm::seccomp::set_enabled(!flags.no_seccomp);
+    // First, while this is the only thread: every thread and program to come inherits it.
+    if !flags.no_seccomp {
+        if let Err(e) = vmm::seccomp::deny_in_process() {
+            eprintln!(
+                "virt-launcher: {} (--no-seccomp runs without it)",
+                launcher::server::error::chain(&e)
+            );
+            return ExitCode::FAILURE;
+        }
+    }
     if let (Some(name), Some(uid)) = (&flags.name, &flags.uid) {
         let namespace = flags.namespace.as_deref().unwrap_or("default");
         log::info!("virt-launcher for VMI {namespace}/{name} ({uid})");

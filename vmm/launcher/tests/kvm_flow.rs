@@ -177,7 +177,7 @@ async fn counter_guest_on_kvm() {
     );
     // The VM runs: the launcher's threads (and the VMM's vCPU threads among them) hold no
     // capability, this VMI having no NIC.
-    process.assert_capabilities_at_most(0);
+    process.assert_confined(0);
 
     client
         .pause(v1::VmiRequest::default())

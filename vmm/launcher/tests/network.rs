@@ -190,7 +190,7 @@ async fn masquerade_dhcp_nat_and_port_forwarding() {
     );
     // With the guest's DHCP lease, NAT and port forwarding served, the launcher holds only
     // what the tap takes.
-    process.assert_capabilities_at_most(vmm::capabilities::mask(vmm::capabilities::CAP_NET_ADMIN));
+    process.assert_confined(vmm::capabilities::mask(vmm::capabilities::CAP_NET_ADMIN));
     client.kill(v1::VmiRequest::default()).await.expect("Kill");
     assert!(process.alive());
 }

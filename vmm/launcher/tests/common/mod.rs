@@ -221,8 +221,9 @@ impl LauncherProcess {
 
     /// Asserts that every thread of the launcher holds no capability outside `keep` and can
     /// gain none ([`vmm::capabilities::ThreadCapabilities::holds_at_most`]), as it should once
-    /// its VM runs; returns how many threads it read.
-    pub fn assert_capabilities_at_most(&self, keep: u64) -> usize {
+    /// its VM runs, and runs under a seccomp filter (the process-wide one,
+    /// [`vmm::seccomp::deny_in_process`], at least); returns how many threads it read.
+    pub fn assert_confined(&self, keep: u64) -> usize {
         let pid = self.child.id();
         let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the launcher's threads");
         let mut threads = 0;
@@ -241,9 +242,20 @@ impl LauncherProcess {
                 name.trim(),
                 self.log_text()
             );
+            let filtered = status
+                .lines()
+                .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["Seccomp:", "2"]);
+            assert!(
+                filtered,
+                "launcher thread {} ({}) runs without a seccomp filter:\n{status}",
+                path.display(),
+                name.trim()
+            );
             threads += 1;
         }
-        println!("the launcher's {threads} threads hold at most {keep:#x} and gain none");
+        println!(
+            "the launcher's {threads} threads hold at most {keep:#x}, gain none, and are filtered"
+        );
         threads
     }
 
