@@ -88,8 +88,9 @@ struct Args {
     /// At exit, print how much guest memory was touched (for benchmarks).
     #[arg(long)]
     stats: bool,
-    /// Run the vCPU threads and device workers without their seccomp filters (to find out
-    /// whether a filter is what stops a guest; see vmm/src/seccomp.rs).
+    /// Run without seccomp: neither the vCPU threads and device workers' filters nor the
+    /// process-wide one (to find out whether a filter is what stops a guest; see
+    /// vmm/src/seccomp.rs).
     #[arg(long)]
     no_seccomp: bool,
     /// Migration target: listen on this unix socket and restore the VM from the first
@@ -242,6 +243,13 @@ fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let args = Args::parse();
     vmm::seccomp::set_enabled(!args.no_seccomp);
+    // While this is the only thread: every thread to come inherits it (vmm/src/seccomp.rs).
+    if !args.no_seccomp {
+        if let Err(e) = vmm::seccomp::deny_in_process() {
+            eprintln!("vmm: {} (--no-seccomp runs without it)", error_chain(&e));
+            return ExitCode::FAILURE;
+        }
+    }
     let capability = capability::probe();
     if args.probe {
         println!("{capability:?}");
