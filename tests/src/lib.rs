@@ -1,12 +1,15 @@
 //! End-to-end tests of Ferrovirt on the local cluster (`tests/cluster/`), brought up with
 //! Ferrovirt installed by `hack/up.sh`. Helpers: a client for that cluster (failing with what to
 //! run when it is not up), a namespace per test that is deleted even when the test fails, waits
-//! on conditions with deadlines, the guest's serial console read from its node, and the one
-//! lock that tests changing cluster-wide objects hold (`cluster_lock`).
+//! on conditions with deadlines, the guest's serial console read from its node, a guest that
+//! counts on it to tell one boot from the next (`counter`), and the one lock that tests
+//! changing cluster-wide objects hold (`cluster_lock`).
 #![forbid(unsafe_code)]
 
 pub mod cluster_lock;
 pub mod console;
+pub mod counter;
+pub mod faults;
 pub mod pty;
 
 pub use cluster_lock::{ClusterChange, ClusterLock};
@@ -14,10 +17,10 @@ pub use cluster_lock::{ClusterChange, ClusterLock};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config};
+use kube::{Api, Client, Config, ResourceExt};
 
 /// The admin kubeconfig of the local cluster.
 pub const KUBECONFIG: &str = "/var/lib/ferrovirt-cluster/kubeconfig/admin.kubeconfig";
@@ -175,6 +178,22 @@ pub async fn restart_handler(client: &Client, node: &str, grace: Option<u32>) {
     .await;
 }
 
+/// Panics, saying how to add one, unless two nodes of the cluster run VMs.
+pub async fn two_schedulable_nodes(client: &Client) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let schedulable = nodes
+        .list(&ListParams::default().labels(&format!("{}=true", contract::labels::SCHEDULABLE)))
+        .await
+        .expect("nodes listed")
+        .items;
+    assert!(
+        schedulable.len() >= 2,
+        "live migration needs two nodes that run VMs; found {:?} (add one with \
+         `tests/cluster/cluster.sh add-node ferrovirt-worker1` and re-run hack/up.sh)",
+        schedulable.iter().map(|n| n.name_any()).collect::<Vec<_>>()
+    );
+}
+
 /// The pid that holds node `node`'s mount namespace.
 pub fn node_pid(node: &str) -> u32 {
     let path = PathBuf::from(NODES_DIR).join(node).join("holder.ready");
@@ -265,6 +284,11 @@ pub fn launcher_pids(uid: &str) -> Vec<u32> {
 pub fn kill_launcher(uid: &str) {
     let pids = launcher_pids(uid);
     assert!(!pids.is_empty(), "no virt-launcher process for VMI {uid}");
+    sigkill(&pids);
+}
+
+/// Kills `pids` with SIGKILL.
+pub fn sigkill(pids: &[u32]) {
     for pid in pids {
         let status = std::process::Command::new("kill")
             .args(["-KILL", &pid.to_string()])
@@ -272,6 +296,37 @@ pub fn kill_launcher(uid: &str) {
             .unwrap_or_else(|e| panic!("running kill: {e}"));
         assert!(status.success(), "kill -KILL {pid} failed");
     }
+}
+
+/// The migration of VMI `name` in `namespace` (`virtctl migrate` made it), once it exists.
+pub async fn migration_of(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> api::migration::VirtualMachineInstanceMigration {
+    let migrations: Api<api::migration::VirtualMachineInstanceMigration> =
+        Api::namespaced(client.clone(), namespace);
+    wait_for(
+        &format!("the migration of {name}"),
+        Duration::from_secs(60),
+        || async {
+            migrations
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|m| m.spec.vmi_name.as_deref() == Some(name))
+        },
+    )
+    .await
+}
+
+/// The phase of migration `m`, once it has one.
+pub fn migration_phase(
+    m: &api::migration::VirtualMachineInstanceMigration,
+) -> Option<api::migration::MigrationPhase> {
+    m.status.as_ref().and_then(|s| s.phase)
 }
 
 /// What a command printed and how it exited.

@@ -24,24 +24,22 @@ use std::time::{Duration, Instant};
 use api::migration::{MigrationPhase, VirtualMachineInstanceMigration};
 use api::vmi::MigrationState;
 use api::{VirtualMachine, VirtualMachineInstance, VmiPhase};
+use ferrovirt_tests::counter::{console_counts, Count};
 use ferrovirt_tests::{
-    client, launcher_pids, patch_kubevirt_cr, read_console, restart_handler, virtctl, wait_for,
-    wait_running, ClusterChange, ClusterLock, TestNamespace,
+    client, counter, launcher_pids, migration_of, migration_phase as phase, patch_kubevirt_cr,
+    restart_handler, two_schedulable_nodes, virtctl, wait_for, wait_running, ClusterChange,
+    ClusterLock, TestNamespace,
 };
-use k8s_openapi::api::core::v1::{Event, Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 
 /// What the guest writes at the start of its emptyDisk (`/dev/vdc`).
 const DISK_MARKER: &str = "ferrovirt-emptydisk-marker";
 
-/// The guest's script: a RAM token, [`DISK_MARKER`] on the emptyDisk, then the counter.
-const USER_DATA: &str = "#!/bin/sh\n\
-head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \\n' > /tmp/fv-token\n\
-echo ferrovirt-emptydisk-marker > /dev/vdc; sync\n\
-( i=0; while true; do i=$((i+1)); echo \"fv-count $i $(cut -d' ' -f1 /proc/uptime) $(cat /tmp/fv-token)\" >/dev/console; sleep 0.5; done ) </dev/null >/dev/null 2>&1 &\n";
-
 fn counting_vm(name: &str, empty_disk: &str) -> VirtualMachine {
+    // The guest writes DISK_MARKER on its emptyDisk, then counts.
+    let user_data = counter::user_data(&format!("echo {DISK_MARKER} > /dev/vdc; sync\n"));
     serde_json::from_value(serde_json::json!({
         "apiVersion": "kubevirt.io/v1",
         "kind": "VirtualMachine",
@@ -64,7 +62,7 @@ fn counting_vm(name: &str, empty_disk: &str) -> VirtualMachine {
                     "volumes": [
                         {"name": "containerdisk",
                          "containerDisk": {"image": "registry:5000/kubevirt/cirros-container-disk-demo:devel"}},
-                        {"name": "cloudinitdisk", "cloudInitNoCloud": {"userData": USER_DATA}},
+                        {"name": "cloudinitdisk", "cloudInitNoCloud": {"userData": user_data}},
                         {"name": "emptydisk", "emptyDisk": {"capacity": empty_disk}}
                     ]
                 }
@@ -72,77 +70,6 @@ fn counting_vm(name: &str, empty_disk: &str) -> VirtualMachine {
         }
     }))
     .expect("a VirtualMachine")
-}
-
-/// One `fv-count` line.
-#[derive(Clone, Debug, PartialEq)]
-struct Count {
-    n: u64,
-    uptime: f64,
-    token: String,
-}
-
-/// The complete `fv-count` lines of `text`. A line the console cut (the read ended in it, or
-/// other output broke into it) has a token shorter than its 16 hex digits and is skipped.
-fn counts(text: &str) -> Vec<Count> {
-    text.lines()
-        .filter_map(|l| {
-            let line = l.trim();
-            let at = line.find("fv-count ")?;
-            let mut parts = line[at + "fv-count ".len()..].split_whitespace();
-            let count = Count {
-                n: parts.next()?.parse().ok()?,
-                uptime: parts.next()?.parse().ok()?,
-                token: parts.next()?.to_string(),
-            };
-            let whole =
-                count.token.len() == 16 && count.token.chars().all(|c| c.is_ascii_hexdigit());
-            whole.then_some(count)
-        })
-        .collect()
-}
-
-#[test]
-fn cut_counter_lines_are_skipped() {
-    let text =
-        "fv-count 1 0.50 0123456789abcdef\nfv-count 2 1.00 0123\nfv-count 3 1.50 0123456789abcdef";
-    let seen = counts(text);
-    assert_eq!(seen.iter().map(|c| c.n).collect::<Vec<_>>(), vec![1, 3]);
-}
-
-/// Reads the console of `uid` on `node` until it shows at least `at_least` counts.
-async fn console_counts(node: &str, uid: &str, at_least: usize, timeout: Duration) -> Vec<Count> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let (n, u) = (node.to_string(), uid.to_string());
-        let text =
-            tokio::task::spawn_blocking(move || read_console(&n, &u, Duration::from_secs(3)))
-                .await
-                .expect("console reader");
-        let found = counts(&text);
-        if found.len() >= at_least {
-            return found;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "fewer than {at_least} counter lines on {node}'s console of {uid}; console:\n{text}"
-        );
-    }
-}
-
-async fn two_schedulable_nodes(client: &Client) {
-    let nodes: Api<Node> = Api::all(client.clone());
-    let schedulable = nodes
-        .list(&ListParams::default().labels(&format!("{}=true", contract::labels::SCHEDULABLE)))
-        .await
-        .expect("nodes listed")
-        .items;
-    assert!(
-        schedulable.len() >= 2,
-        "live migration needs two nodes that run VMs; found {:?} (add one with \
-         `tests/cluster/cluster.sh add-node ferrovirt-worker1` and re-run hack/up.sh)",
-        schedulable.iter().map(|n| n.name_any()).collect::<Vec<_>>()
-    );
 }
 
 /// Starts the counting VM and waits until it runs and counts.
@@ -180,30 +107,6 @@ async fn running_vm(
     .await;
     let seen = console_counts(&node, &uid, 3, Duration::from_secs(180)).await;
     (vmi, node, seen)
-}
-
-/// The migration `virtctl migrate` made for VM `name`.
-async fn migration_of(
-    client: &Client,
-    namespace: &str,
-    name: &str,
-) -> VirtualMachineInstanceMigration {
-    let migrations: Api<VirtualMachineInstanceMigration> =
-        Api::namespaced(client.clone(), namespace);
-    wait_for("the migration object", Duration::from_secs(20), || async {
-        migrations
-            .list(&ListParams::default())
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .find(|m| m.spec.vmi_name.as_deref() == Some(name))
-    })
-    .await
-}
-
-fn phase(m: &VirtualMachineInstanceMigration) -> Option<MigrationPhase> {
-    m.status.as_ref().and_then(|s| s.phase)
 }
 
 /// `spec.configuration.migrations` of the KubeVirt CR, removed again when dropped.
