@@ -101,7 +101,49 @@ pub fn debian_vmi(name: &str, firmware: Option<serde_json::Value>) -> serde_json
     vmi
 }
 
-/// Waits until the console shows `needle` after byte `from` of its text; returns where it ends.
+/// Where `needle` ends in `text` at or after byte `from`, read as a terminal would show it: a
+/// control sequence (`ESC [ ... final`, ECMA-48 CSI) between two of its bytes is skipped.
+/// SeaBIOS's serial console (sercon) writes grub's screen lazily and flushes on its timer tick:
+/// a tick between grub's "write character" and "move cursor" calls puts a cursor move
+/// (`ESC [ row ; col H`) inside a word, the more often the slower the guest runs.
+pub fn find_on_terminal(text: &str, from: usize, needle: &str) -> Option<usize> {
+    let bytes = text.as_bytes();
+    let wanted = needle.as_bytes();
+    let first = *wanted.first()?;
+    let skip_sequences = |mut at: usize| {
+        while bytes.get(at) == Some(&0x1b) && bytes.get(at + 1) == Some(&b'[') {
+            let end = bytes[at + 2..]
+                .iter()
+                .position(|b| (0x40..=0x7e).contains(b));
+            match end {
+                Some(end) => at += 2 + end + 1,
+                None => break,
+            }
+        }
+        at
+    };
+    (from..bytes.len())
+        .filter(|&start| bytes[start] == first)
+        .find_map(|start| {
+            let mut at = start + 1;
+            for &b in &wanted[1..] {
+                at = skip_sequences(at);
+                if bytes.get(at) != Some(&b) {
+                    return None;
+                }
+                at += 1;
+            }
+            Some(at)
+        })
+}
+
+/// The console's text with its control characters shown, for a failure message.
+pub fn visible(text: &str) -> String {
+    text.replace('\x1b', "\\e")
+}
+
+/// Waits until the console shows `needle` after byte `from` of its text (as a terminal shows
+/// it, see [`find_on_terminal`]); returns where it ends.
 pub fn wait_after(
     console: &ConsoleReader,
     from: usize,
@@ -112,8 +154,8 @@ pub fn wait_after(
     let start = Instant::now();
     loop {
         let text = console.text();
-        if let Some(at) = text.get(from..).and_then(|t| t.find(needle)) {
-            return from + at + needle.len();
+        if let Some(end) = find_on_terminal(&text, from, needle) {
+            return end;
         }
         if start.elapsed() > timeout {
             let tail: String = text
@@ -121,8 +163,9 @@ pub fn wait_after(
                 .skip(text.chars().count().saturating_sub(4000))
                 .collect();
             panic!(
-                "{needle:?} not on the console within {timeout:?}; console tail:\n{tail}\n\
+                "{needle:?} not on the console within {timeout:?}; console tail (ESC shown as \\e):\n{}\n\
                  launcher log:\n{}",
+                visible(&tail),
                 process.log_text()
             );
         }
