@@ -47,6 +47,16 @@ fn now() -> Time {
     Time(Timestamp::now())
 }
 
+/// The migration state of a migration that ended now, failed for `reason`.
+fn ended(reason: String) -> MigrationState {
+    MigrationState {
+        failed: Some(true),
+        failure_reason: Some(reason),
+        end_timestamp: Some(now()),
+        ..MigrationState::default()
+    }
+}
+
 /// The access modes of the PVCs `vmi` uses, by claim name; a missing claim is left out (and
 /// so counts as not shared).
 pub async fn pvc_access_modes(
@@ -115,8 +125,11 @@ pub async fn reconcile(
                 patch_vmi_state(
                     &vmis,
                     vmi,
-                    json!({"abortRequested": true, "abortStatus": "Succeeded", "failed": true,
-                           "failureReason": reason, "endTimestamp": now()}),
+                    MigrationState {
+                        abort_requested: Some(true),
+                        abort_status: Some("Succeeded".into()),
+                        ..ended(reason.into())
+                    },
                 )
                 .await?;
                 delete_target_pod(&pods, vmi).await?;
@@ -129,7 +142,11 @@ pub async fn reconcile(
                 patch_vmi_state(
                     &vmis,
                     vmi,
-                    json!({"abortRequested": true, "abortStatus": "Aborting"}),
+                    MigrationState {
+                        abort_requested: Some(true),
+                        abort_status: Some("Aborting".into()),
+                        ..MigrationState::default()
+                    },
                 )
                 .await?;
                 ctx.event(
@@ -154,7 +171,11 @@ pub async fn reconcile(
                 }
                 let status = abort_status(state);
                 if status.is_some() && state.abort_status.as_deref() != status {
-                    patch_vmi_state(&vmis, vmi, json!({"abortStatus": status})).await?;
+                    let settled = MigrationState {
+                        abort_status: status.map(String::from),
+                        ..MigrationState::default()
+                    };
+                    patch_vmi_state(&vmis, vmi, settled).await?;
                     return Ok(Action::requeue(Duration::from_millis(100)));
                 }
             }
@@ -438,12 +459,7 @@ pub async fn reconcile(
     };
     if let Some(why) = pod_failed {
         // The source handler stops the stream when it sees this; the VM keeps running there.
-        patch_vmi_state(
-            &vmis,
-            &vmi,
-            json!({"failed": true, "failureReason": why, "endTimestamp": now()}),
-        )
-        .await?;
+        patch_vmi_state(&vmis, &vmi, ended(why)).await?;
         return Ok(Action::requeue(Duration::from_millis(200)));
     }
     let pod = target_pod.expect("checked above");
@@ -461,12 +477,7 @@ pub async fn reconcile(
                 "the target Pod could not be scheduled within {UNSCHEDULABLE_TIMEOUT_SECONDS} s: {}",
                 unschedulable_message(&pod)
             );
-            patch_vmi_state(
-                &vmis,
-                &vmi,
-                json!({"failed": true, "failureReason": why, "endTimestamp": now()}),
-            )
-            .await?;
+            patch_vmi_state(&vmis, &vmi, ended(why)).await?;
             return Ok(Action::requeue(Duration::from_millis(200)));
         }
     }
@@ -475,7 +486,15 @@ pub async fn reconcile(
     let next = match phase {
         MigrationPhase::Scheduling if pod_node.is_some() => {
             let node = pod_node.clone().unwrap_or_default();
-            patch_vmi_state(&vmis, &vmi, json!({"targetNode": node})).await?;
+            patch_vmi_state(
+                &vmis,
+                &vmi,
+                MigrationState {
+                    target_node: Some(node.clone()),
+                    ..MigrationState::default()
+                },
+            )
+            .await?;
             let patch = json!({"metadata": {"labels": {labels::MIGRATION_TARGET_NODE: node}}});
             vmis.patch(&vmi_name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
@@ -570,7 +589,11 @@ async fn patch_finalizers(
     migration: &VirtualMachineInstanceMigration,
     finalizers: Vec<String>,
 ) -> Result<(), Error> {
-    let patch = json!({"metadata": {"finalizers": finalizers}});
+    // Guarded by the resourceVersion read: a list written over a newer one would drop a
+    // finalizer someone else added meanwhile (409 instead, and a pass on the new object).
+    let patch = json!({
+        "metadata": {"resourceVersion": migration.resource_version(), "finalizers": finalizers},
+    });
     migrations
         .patch(
             &migration.name_any(),
@@ -584,8 +607,9 @@ async fn patch_finalizers(
 async fn patch_vmi_state(
     vmis: &Api<VirtualMachineInstance>,
     vmi: &VirtualMachineInstance,
-    fields: serde_json::Value,
+    fields: MigrationState,
 ) -> Result<(), Error> {
+    // A merge patch of the fields set: the unset ones serialize to nothing.
     let patch = json!({"status": {"migrationState": fields}});
     vmis.patch_status(
         &vmi.name_any(),
@@ -649,4 +673,26 @@ async fn remove_target_label(
         .await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_typed_state_patch_holds_only_the_fields_it_sets() {
+        let patch = serde_json::to_value(MigrationState {
+            abort_requested: Some(true),
+            ..ended("gone".into())
+        })
+        .unwrap();
+        let mut keys: Vec<&String> = patch.as_object().unwrap().keys().collect();
+        keys.sort();
+        assert_eq!(
+            keys,
+            ["abortRequested", "endTimestamp", "failed", "failureReason"]
+        );
+        assert_eq!(patch["failureReason"], "gone");
+        assert_eq!(patch["failed"], true);
+    }
 }
