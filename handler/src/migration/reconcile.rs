@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use api::kubevirt::MigrationConfiguration;
+use api::vmi::MigrationState;
 use api::{KubeVirt, VirtualMachineInstance};
 use contract::client::launcher_client;
 use contract::layout::in_launcher_socket_dir;
@@ -150,9 +151,10 @@ fn error_policy(
 async fn patch_state(
     client: &Client,
     vmi: &VirtualMachineInstance,
-    fields: serde_json::Value,
+    fields: MigrationState,
 ) -> Result<(), kube::Error> {
     let namespace = vmi.namespace().unwrap_or_default();
+    // A merge patch of the fields set: the unset ones serialize to nothing.
     let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), &namespace);
     let patch = json!({"status": {"migrationState": fields}});
     vmis.patch_status(
@@ -164,8 +166,8 @@ async fn patch_state(
     Ok(())
 }
 
-fn now() -> serde_json::Value {
-    serde_json::to_value(Time(Timestamp::now())).unwrap_or(serde_json::Value::Null)
+fn now() -> Time {
+    Time(Timestamp::now())
 }
 
 /// Marks the migration failed with `reason`.
@@ -178,7 +180,12 @@ async fn report_failure(
     patch_state(
         &ctx.client,
         vmi,
-        json!({"failed": true, "failureReason": reason, "endTimestamp": now()}),
+        MigrationState {
+            failed: Some(true),
+            failure_reason: Some(reason.into()),
+            end_timestamp: Some(now()),
+            ..MigrationState::default()
+        },
     )
     .await?;
     ctx.event(vmi, true, "MigrationFailed", reason.to_string())
@@ -328,9 +335,16 @@ async fn prepare_target(
         "{}: target ready, migration stream on {address}",
         vmi.name_any()
     );
-    patch_state(&ctx.client, vmi, json!({"targetNodeAddress": address}))
-        .await
-        .map_err(|e| Some(format!("publishing the target address: {e}")))?;
+    patch_state(
+        &ctx.client,
+        vmi,
+        MigrationState {
+            target_node_address: Some(address),
+            ..MigrationState::default()
+        },
+    )
+    .await
+    .map_err(|e| Some(format!("publishing the target address: {e}")))?;
     Ok(())
 }
 
@@ -385,7 +399,16 @@ async fn start_source(
         vmi.name_any(),
         request_bandwidth
     );
-    if let Err(e) = patch_state(&ctx.client, vmi, json!({"mode": "PreCopy"})).await {
+    if let Err(e) = patch_state(
+        &ctx.client,
+        vmi,
+        MigrationState {
+            mode: Some("PreCopy".into()),
+            ..MigrationState::default()
+        },
+    )
+    .await
+    {
         log::warn!("{}: cannot record the migration mode: {e}", vmi.name_any());
     }
     let (ctx2, vmi2) = (Arc::clone(ctx), Arc::clone(vmi));
@@ -485,7 +508,11 @@ async fn follow_source(
         patch_state(
             &ctx.client,
             vmi,
-            json!({"completed": true, "endTimestamp": now()}),
+            MigrationState {
+                completed: Some(true),
+                end_timestamp: Some(now()),
+                ..MigrationState::default()
+            },
         )
         .await
     } else {
