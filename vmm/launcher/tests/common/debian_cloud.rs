@@ -103,9 +103,10 @@ pub fn debian_vmi(name: &str, firmware: Option<serde_json::Value>) -> serde_json
 
 /// Where `needle` ends in `text` at or after byte `from`, read as a terminal would show it: a
 /// control sequence (`ESC [ ... final`, ECMA-48 CSI) between two of its bytes is skipped.
-/// SeaBIOS's serial console (sercon) writes grub's screen lazily and flushes on its timer tick:
-/// a tick between grub's "write character" and "move cursor" calls puts a cursor move
-/// (`ESC [ row ; col H`) inside a word, the more often the slower the guest runs.
+/// SeaBIOS's serial console (sercon) keeps the last character grub wrote until the cursor
+/// moves on, and also writes it out on its 18.2 Hz timer tick: a tick between grub's "write
+/// character" and "move cursor" calls puts cursor moves (`ESC [ row ; col H`) inside a word,
+/// the more often the slower the guest runs.
 pub fn find_on_terminal(text: &str, from: usize, needle: &str) -> Option<usize> {
     let bytes = text.as_bytes();
     let wanted = needle.as_bytes();
