@@ -72,6 +72,19 @@ restore_spec() {
     echo "kubevirt-suite: could not put the KubeVirt CR's spec back to $spec_was" >&2
 }
 trap restore_spec EXIT
+# A signal stops the suite (it cleans up on SIGTERM as on an interrupt, through timeout, which
+# passes it on) and then ends the script through exit, so that the EXIT trap runs then too.
+suite_pid=
+on_signal() {
+  if [[ -n $suite_pid ]]; then
+    kill -TERM "$suite_pid" 2>/dev/null || true
+    wait "$suite_pid" || true
+  fi
+  exit "$1"
+}
+trap 'on_signal 130' INT
+trap 'on_signal 143' TERM
+trap 'on_signal 129' HUP
 
 # The namespaces the suite creates must not exist yet: remove what an earlier run left.
 kubectl_admin delete namespace --ignore-not-found --wait=true --timeout=180s \
@@ -133,7 +146,11 @@ timeout --kill-after=60 "$timeout" "$suite" \
   -virtctl-path="$virtctl" -kubectl-path="$KUBE_BIN/kubectl" \
   -config="$out/config.json" -artifacts="$out/artifacts" \
   "${focus[@]}" --ginkgo.v --ginkgo.no-color --ginkgo.timeout="$timeout" \
-  --ginkgo.json-report="$out/report.json" {lock_fd}>&- >"$out/suite.log" 2>&1 || rc=$?
+  --ginkgo.json-report="$out/report.json" {lock_fd}>&- >"$out/suite.log" 2>&1 &
+# In the background, so that a signal's trap runs at once instead of after the suite.
+suite_pid=$!
+wait "$suite_pid" || rc=$?
+suite_pid=
 [[ -s $out/report.json ]] || fail "the suite wrote no report (exit $rc); the end of $out/suite.log:
 $(tail -n 30 "$out/suite.log")"
 
