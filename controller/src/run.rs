@@ -63,35 +63,22 @@ pub async fn run_controllers(client: Client, base: ClusterConfig) {
         }
         futures::future::ready(())
     });
-    // A migration moves on when its VMI's migrationState (the handlers write it) or its target
-    // Pod changes: both are watched, and mapped to the migration through its own store.
-    let migrations = Controller::new(
+    let migration_controller = Controller::new(
         Api::<api::VirtualMachineInstanceMigration>::all(client.clone()),
         watcher::Config::default(),
-    );
-    let (by_vmi, by_pod) = (migrations.store(), migrations.store());
-    let target_pods = watcher::Config::default().labels(labels::MIGRATION_JOB);
-    let migration_controller = migrations
-        .watches(
-            Api::<VirtualMachineInstance>::all(client.clone()),
-            watcher::Config::default(),
-            move |vmi| crate::migration::plan::migrations_of_vmi(&by_vmi.state(), &vmi),
-        )
-        .watches(Api::<Pod>::all(client.clone()), target_pods, move |pod| {
-            crate::migration::plan::migrations_of_target_pod(&by_pod.state(), &pod)
-        })
-        .shutdown_on_signal()
-        .run(
-            crate::migration::reconcile::reconcile,
-            error_policy,
-            ctx.clone(),
-        )
-        .for_each(|result| {
-            if let Err(e) = result {
-                log::debug!("migration reconcile: {e}");
-            }
-            futures::future::ready(())
-        });
+    )
+    .shutdown_on_signal()
+    .run(
+        crate::migration::reconcile::reconcile,
+        error_policy,
+        ctx.clone(),
+    )
+    .for_each(|result| {
+        if let Err(e) = result {
+            log::debug!("migration reconcile: {e}");
+        }
+        futures::future::ready(())
+    });
     let replica_set_controller = Controller::new(
         Api::<api::VirtualMachineInstanceReplicaSet>::all(client.clone()),
         watcher::Config::default(),

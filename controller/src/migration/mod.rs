@@ -22,11 +22,6 @@
 //!    Pod stays until that handler reports the end: a switch-over that beat the abort
 //!    completes as usual (`abortStatus: Failed`), since the VM then runs in the target Pod.
 //!
-//! A pass runs when the migration, its VMI or its target Pod changes (the controller watches
-//! all three, [`plan::migrations_of_vmi`], [`plan::migrations_of_target_pod`]), and every 10 s
-//! while it is under way; one that waits for the cluster's or node's limits looks again every
-//! 3 s, since another migration's end does not touch its objects.
-//!
 //! The VMI controller keeps the `LiveMigratable` condition on every VMI with a node
 //! ([`plan::refresh_live_migratable`]), as KubeVirt does, not only when a migration asks.
 

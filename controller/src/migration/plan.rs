@@ -4,14 +4,12 @@
 use std::collections::BTreeMap;
 
 use api::condition::Condition;
-use api::migration::{MigrationPhase, VirtualMachineInstanceMigration};
+use api::migration::MigrationPhase;
 use api::vmi::{set_condition, MigrationState};
 use api::{VirtualMachineInstance, VirtualMachineInstanceStatus, VmiPhase};
 use k8s_openapi::api::core::v1::{
     Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
 };
-use kube::runtime::reflector::ObjectRef;
-use kube::ResourceExt;
 
 use crate::config::ClusterConfig;
 use crate::pod::{render_launcher_pod, RenderError};
@@ -242,43 +240,6 @@ pub fn visible_pods(vmi: &VirtualMachineInstance, pods: Vec<Pod>) -> Vec<Pod> {
                 None => !(completed && pod.metadata.name.is_some() && pod.metadata.name == source),
             }
         })
-        .collect()
-}
-
-/// The migrations that a change of `vmi` moves on: the unfinished ones of its namespace that
-/// name it. Their progress is what the handlers write into its `migrationState`, and a
-/// Pending one waits for it to run and to be free of an earlier migration.
-pub fn migrations_of_vmi(
-    migrations: &[std::sync::Arc<VirtualMachineInstanceMigration>],
-    vmi: &VirtualMachineInstance,
-) -> Vec<ObjectRef<VirtualMachineInstanceMigration>> {
-    migrations
-        .iter()
-        .filter(|m| m.namespace() == vmi.namespace())
-        .filter(|m| m.spec.vmi_name.as_deref() == Some(vmi.name_any().as_str()))
-        .filter(|m| {
-            !m.status
-                .as_ref()
-                .and_then(|s| s.phase)
-                .is_some_and(|p| p.is_final())
-        })
-        .map(|m| ObjectRef::from_obj(m.as_ref()))
-        .collect()
-}
-
-/// The migration whose target launcher Pod `pod` is (its `kubevirt.io/migrationJobUID` label):
-/// the Pod being scheduled, running, failing or going moves it on.
-pub fn migrations_of_target_pod(
-    migrations: &[std::sync::Arc<VirtualMachineInstanceMigration>],
-    pod: &Pod,
-) -> Vec<ObjectRef<VirtualMachineInstanceMigration>> {
-    let Some(job) = pod.labels().get(contract::labels::MIGRATION_JOB) else {
-        return Vec::new();
-    };
-    migrations
-        .iter()
-        .filter(|m| m.uid().as_ref() == Some(job) && m.namespace() == pod.namespace())
-        .map(|m| ObjectRef::from_obj(m.as_ref()))
         .collect()
 }
 
@@ -530,55 +491,5 @@ mod tests {
             .insert(contract::labels::MIGRATION_JOB.into(), "m2".into());
         let all = vec![pods[1].clone(), second];
         assert_eq!(names(visible_pods(&again, all)), ["target"]);
-    }
-
-    fn migration(
-        name: &str,
-        namespace: &str,
-        vmi: &str,
-        phase: &str,
-    ) -> VirtualMachineInstanceMigration {
-        serde_json::from_value(json!({
-            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
-            "metadata": {"name": name, "namespace": namespace, "uid": format!("uid-{name}")},
-            "spec": {"vmiName": vmi},
-            "status": {"phase": phase}
-        }))
-        .unwrap()
-    }
-
-    #[test]
-    fn a_vmi_or_target_pod_change_wakes_the_unfinished_migrations_it_concerns() {
-        let all: Vec<std::sync::Arc<VirtualMachineInstanceMigration>> = [
-            migration("running", "default", "v", "Running"),
-            migration("pending", "default", "v", "Pending"),
-            migration("done", "default", "v", "Succeeded"),
-            migration("failed", "default", "v", "Failed"),
-            migration("other-vmi", "default", "w", "Running"),
-            migration("other-namespace", "elsewhere", "v", "Running"),
-        ]
-        .into_iter()
-        .map(std::sync::Arc::new)
-        .collect();
-        let names = |refs: Vec<ObjectRef<VirtualMachineInstanceMigration>>| -> Vec<String> {
-            refs.into_iter().map(|r| r.name).collect()
-        };
-        assert_eq!(
-            names(migrations_of_vmi(&all, &vmi(json!([])))),
-            ["running", "pending"]
-        );
-        let mut target = pod("target", true);
-        target
-            .metadata
-            .labels
-            .as_mut()
-            .unwrap()
-            .insert(contract::labels::MIGRATION_JOB.into(), "uid-running".into());
-        target.metadata.namespace = Some("default".into());
-        assert_eq!(names(migrations_of_target_pod(&all, &target)), ["running"]);
-        target.metadata.namespace = Some("elsewhere".into());
-        assert!(migrations_of_target_pod(&all, &target).is_empty());
-        // A Pod without the label is no migration's.
-        assert!(migrations_of_target_pod(&all, &pod("source", false)).is_empty());
     }
 }

@@ -26,9 +26,7 @@ use super::plan::{
 use crate::context::Context;
 use crate::Error;
 
-/// The watches of the VMI and the target Pod wake a migration under way when either changes
-/// (`crate::run`); this pass follows anyway, a net for a change no watch saw.
-const RESYNC: Duration = Duration::from_secs(10);
+const POLL: Duration = Duration::from_secs(1);
 /// KubeVirt's default `unschedulablePendingTimeoutSeconds`: how long a target Pod may wait for
 /// a node.
 const UNSCHEDULABLE_TIMEOUT_SECONDS: i64 = 300;
@@ -156,9 +154,9 @@ pub async fn reconcile(
                     "the migration object was deleted: aborting the migration".into(),
                 )
                 .await;
-                return Ok(Action::requeue(RESYNC));
+                return Ok(Action::requeue(POLL));
             }
-            Cancel::Wait => return Ok(Action::requeue(RESYNC)),
+            Cancel::Wait => return Ok(Action::requeue(POLL)),
             Cancel::Settle => {
                 // Record how the abort ended, then finish it below as any migration.
                 let vmi = vmi.as_ref().expect("a state comes from the VMI");
@@ -253,8 +251,7 @@ pub async fn reconcile(
             .as_ref()
             .is_some_and(|s| s.completed != Some(true) && s.failed != Some(true));
         if busy {
-            // An earlier migration of the VMI is still under way: its end changes the VMI.
-            return Ok(Action::requeue(RESYNC));
+            return Ok(Action::requeue(Duration::from_secs(2)));
         }
         let source_node = vmi_status.node_name.clone().unwrap_or_default();
         let all = Api::<VirtualMachineInstanceMigration>::all(ctx.client.clone())
@@ -276,7 +273,6 @@ pub async fn reconcile(
         if let Some(wait) = over_limits(&running_sources, &source_node, &ctx.config()) {
             log::info!("migration {}: waiting: {wait}", migration.name_any());
             set_phase(&migrations, &migration, MigrationPhase::Pending, None, None).await?;
-            // Another migration's end touches none of this one's objects: look again.
             return Ok(Action::requeue(Duration::from_secs(3)));
         }
         // One target Pod per migration, also when an earlier pass created it and then failed.
@@ -368,7 +364,7 @@ pub async fn reconcile(
             None,
         )
         .await?;
-        return Ok(Action::requeue(RESYNC));
+        return Ok(Action::requeue(POLL));
     }
 
     let Some(state) = state else {
@@ -513,7 +509,7 @@ pub async fn reconcile(
     } else if status.migration_state.as_ref() != Some(&state) {
         set_phase(&migrations, &migration, phase, Some(state), None).await?;
     }
-    Ok(Action::requeue(RESYNC))
+    Ok(Action::requeue(POLL))
 }
 
 /// Writes the migration's phase (with its transition time), its copy of the migration state,
