@@ -154,8 +154,8 @@ async fn patch_state(
     fields: MigrationState,
 ) -> Result<(), kube::Error> {
     let namespace = vmi.namespace().unwrap_or_default();
-    // A merge patch of the fields set: the unset ones serialize to nothing.
     let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), &namespace);
+    // A merge patch of the fields set: the unset ones serialize to nothing.
     let patch = json!({"status": {"migrationState": fields}});
     vmis.patch_status(
         &vmi.name_any(),
