@@ -16,6 +16,9 @@ pub const SCHEDULABLE: &str = "kubevirt.io/schedulable";
 /// On a node: what its KVM can do, `hardware`, `pvm` or `none` (virt-handler, from
 /// [`crate::capability::probe`]).
 pub const KVM: &str = "ferrovirt.io/kvm";
+/// The value of [`KVM`] on a node whose `/dev/kvm` runs standard guests (launcher Pods prefer
+/// such nodes unless the cluster asks for emulation).
+pub const KVM_HARDWARE: &str = "hardware";
 /// On a migration target launcher Pod: the UID of its migration.
 pub const MIGRATION_JOB: &str = "kubevirt.io/migrationJobUID";
 /// On a VMI while it migrates: the target node.

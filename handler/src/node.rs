@@ -20,7 +20,10 @@ pub const HEARTBEAT: Duration = Duration::from_secs(30);
 /// The label value and reason for a KVM capability.
 pub fn kvm_label(capability: &KvmCapability) -> (&'static str, String) {
     match capability {
-        KvmCapability::Hardware => ("hardware", "hardware virtualization (vmx/svm)".into()),
+        KvmCapability::Hardware => (
+            labels::KVM_HARDWARE,
+            "hardware virtualization (vmx/svm)".into(),
+        ),
         KvmCapability::PvmOnly => (
             "pvm",
             "/dev/kvm is PVM: standard guests run on QEMU TCG, test guests on KVM".into(),
