@@ -24,9 +24,10 @@ use contract::layout::{
 };
 use contract::{annotations, labels, resources};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EmptyDirVolumeSource, HostPathVolumeSource,
-    PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec, ResourceRequirements,
-    SecurityContext, Sysctl, Volume, VolumeMount,
+    Affinity, Capabilities, Container, EmptyDirVolumeSource, HostPathVolumeSource, NodeAffinity,
+    NodeSelectorRequirement, NodeSelectorTerm, PersistentVolumeClaimVolumeSource, Pod,
+    PodSecurityContext, PodSpec, PreferredSchedulingTerm, ResourceRequirements, SecurityContext,
+    Sysctl, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -261,7 +262,7 @@ pub fn render_launcher_pod(
             // The launcher needs the guest's grace period plus time to tear down.
             termination_grace_period_seconds: Some(grace + 15),
             node_selector: Some(node_selector),
-            affinity: vmi.spec.affinity.clone(),
+            affinity: launcher_affinity(vmi, cfg),
             tolerations: (!vmi.spec.tolerations.is_empty()).then(|| vmi.spec.tolerations.clone()),
             scheduler_name: vmi.spec.scheduler_name.clone(),
             priority_class_name: vmi.spec.priority_class_name.clone(),
@@ -282,6 +283,38 @@ pub fn render_launcher_pod(
         }),
         status: None,
     })
+}
+
+/// The weight of the preference for nodes whose KVM runs standard guests (the scheduler's range
+/// is 1 to 100): the VMI's own preferred terms keep their say beside it.
+pub const HARDWARE_KVM_PREFERENCE_WEIGHT: i32 = 50;
+
+/// The launcher Pod's affinity: the VMI's own, plus, unless the cluster asks for emulation, a
+/// preference for nodes labelled `ferrovirt.io/kvm=hardware`, where the VM runs on the rust-vmm
+/// VMM instead of QEMU TCG. A preference, not a requirement: on a cluster without such nodes
+/// the VMI runs where it fits, on the fallback backend, and says so.
+fn launcher_affinity(vmi: &VirtualMachineInstance, cfg: &ClusterConfig) -> Option<Affinity> {
+    if cfg.use_emulation {
+        return vmi.spec.affinity.clone();
+    }
+    let mut affinity = vmi.spec.affinity.clone().unwrap_or_default();
+    let node = affinity
+        .node_affinity
+        .get_or_insert_with(NodeAffinity::default);
+    node.preferred_during_scheduling_ignored_during_execution
+        .get_or_insert_with(Vec::new)
+        .push(PreferredSchedulingTerm {
+            weight: HARDWARE_KVM_PREFERENCE_WEIGHT,
+            preference: NodeSelectorTerm {
+                match_expressions: Some(vec![NodeSelectorRequirement {
+                    key: labels::KVM.into(),
+                    operator: "In".into(),
+                    values: Some(vec![labels::KVM_HARDWARE.into()]),
+                }]),
+                match_fields: None,
+            },
+        });
+    Some(affinity)
 }
 
 /// Guest memory in bytes: `memory.guest`, else `resources.requests.memory`, else limits.

@@ -327,3 +327,101 @@ fn a_vmi_without_uid_or_memory_is_an_error() {
         Err(RenderError::Memory(_))
     ));
 }
+
+fn preferred_terms(pod: &Pod) -> Vec<k8s_openapi::api::core::v1::PreferredSchedulingTerm> {
+    pod.spec
+        .as_ref()
+        .unwrap()
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| {
+            n.preferred_during_scheduling_ignored_during_execution
+                .clone()
+        })
+        .unwrap_or_default()
+}
+
+fn prefers_hardware_kvm(term: &k8s_openapi::api::core::v1::PreferredSchedulingTerm) -> bool {
+    let expressions = term
+        .preference
+        .match_expressions
+        .as_deref()
+        .unwrap_or_default();
+    expressions.len() == 1
+        && expressions[0].key == contract::labels::KVM
+        && expressions[0].operator == "In"
+        && expressions[0].values.as_deref() == Some(&["hardware".to_string()][..])
+}
+
+#[test]
+fn launcher_pods_prefer_nodes_whose_kvm_runs_standard_guests_unless_emulation_is_asked() {
+    let pod = render(&vmi(), &ClusterConfig::default());
+    let terms = preferred_terms(&pod);
+    assert_eq!(terms.len(), 1, "{terms:?}");
+    assert!(prefers_hardware_kvm(&terms[0]), "{terms:?}");
+    assert_eq!(terms[0].weight, HARDWARE_KVM_PREFERENCE_WEIGHT);
+    // A preference only: nothing is required of the node.
+    let node = pod.spec.as_ref().unwrap().affinity.as_ref().unwrap();
+    let node = node.node_affinity.as_ref().unwrap();
+    assert!(node
+        .required_during_scheduling_ignored_during_execution
+        .is_none());
+
+    let emulated = ClusterConfig {
+        use_emulation: true,
+        ..ClusterConfig::default()
+    };
+    let pod = render(&vmi(), &emulated);
+    assert!(pod.spec.as_ref().unwrap().affinity.is_none());
+}
+
+#[test]
+fn the_vmis_own_affinity_is_kept_beside_the_kvm_preference() {
+    let mut vmi = vmi();
+    vmi.spec.affinity = Some(
+        serde_json::from_value(json!({
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+                ]},
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 7, "preference": {"matchExpressions": [
+                        {"key": "disk", "operator": "In", "values": ["nvme"]}]}}
+                ]
+            },
+            "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                 "labelSelector": {"matchLabels": {"app": "demo"}}}}
+            ]}
+        }))
+        .unwrap(),
+    );
+    let pod = render(&vmi, &ClusterConfig::default());
+    let affinity = pod.spec.as_ref().unwrap().affinity.as_ref().unwrap();
+    let node = affinity.node_affinity.as_ref().unwrap();
+    let required = node
+        .required_during_scheduling_ignored_during_execution
+        .as_ref()
+        .unwrap();
+    assert_eq!(
+        required.node_selector_terms[0]
+            .match_expressions
+            .as_ref()
+            .unwrap()[0]
+            .key,
+        "zone"
+    );
+    let terms = preferred_terms(&pod);
+    assert_eq!(terms.len(), 2, "{terms:?}");
+    assert_eq!(terms[0].weight, 7);
+    assert!(prefers_hardware_kvm(&terms[1]));
+    assert!(affinity.pod_anti_affinity.is_some());
+
+    let emulated = ClusterConfig {
+        use_emulation: true,
+        ..ClusterConfig::default()
+    };
+    let pod = render(&vmi, &emulated);
+    assert_eq!(pod.spec.unwrap().affinity, vmi.spec.affinity);
+}
