@@ -7,7 +7,8 @@
 //! After the migration the target's console shows the counter going on from where it was, with
 //! the same token and a growing uptime (no reboot), and the target's emptyDisk file holds the
 //! marker (block migration). A second test kills the target mid-migration: the migration fails
-//! and the VM keeps running on the source.
+//! and the VM keeps running on the source. A third gives the target a stream it cannot load:
+//! the migration fails on the source too, and the VM keeps running there.
 
 mod common;
 
@@ -369,4 +370,74 @@ async fn killed_target_leaves_the_guest_running_on_the_source() {
         .await
         .expect_err("nothing to cancel");
     assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status}");
+}
+
+/// The target cannot load what the source sends: the source's VMI has a virtio-rng device the
+/// target's lacks, so the target's QEMU meets a device section it does not know in the stream's
+/// last part, after all of RAM and the disks went. The source must not report the migration
+/// completed (it would stop its guest, and the VM would be lost); it reports it failed and its
+/// guest runs on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn target_failing_to_load_the_stream_fails_the_migration() {
+    require_qemu();
+    let (source_dirs, source) = launcher("migbad-src");
+    let (target_dirs, target) = launcher("migbad-dst");
+    let mut source_vmi = counting_vmi();
+    source_vmi["spec"]["domain"]["devices"]["rng"] = serde_json::json!({});
+    let mut source_client = client(&source_dirs).await;
+    let source_console = ConsoleReader::connect(&source_dirs);
+    source_client
+        .sync_vmi(v1::SyncVmiRequest {
+            vmi_json: serde_json::to_vec(&source_vmi).expect("json"),
+            options: options(),
+        })
+        .await
+        .unwrap_or_else(|s| panic!("SyncVMI: {s}\n{}", source.log_text()));
+    wait_counts(&source_console, 3, Duration::from_secs(180)).await;
+    prepare_target(&target_dirs, &target, &counting_vmi()).await;
+    let relay_socket = source_dirs.sockets().join("migration-out");
+    let _relayed = relay(
+        &relay_socket,
+        target_dirs
+            .sockets()
+            .join(contract::sockets::MIGRATION_TARGET_SOCKET),
+    );
+    source_client
+        .migrate(v1::MigrateRequest {
+            vmi: String::new(),
+            socket: relay_socket.display().to_string(),
+            bandwidth_bytes_per_second: 0,
+            max_downtime_ms: 0,
+        })
+        .await
+        .unwrap_or_else(|s| panic!("Migrate: {s}\n{}", source.log_text()));
+    let ended = wait_migration_end(&mut source_client, Duration::from_secs(300)).await;
+    let info = migration_of(&ended);
+    assert_eq!(
+        info.status,
+        MigrationStatus::Failed as i32,
+        "the source reported {info:?} although its target could not load the stream\n\
+         target log:\n{}",
+        target.log_text()
+    );
+    println!("failed migration: {}; source: {}", info.error, ended.reason);
+    // The target failed in the stream's device state, after RAM and the disks.
+    let target_log = target.log_text();
+    assert!(
+        target_log.contains("Unknown savevm section") && target_log.contains("virtio-rng"),
+        "the target did not fail on the source's virtio-rng section:\n{target_log}"
+    );
+    let running = wait_state(
+        &mut source_client,
+        DomainState::Running,
+        Duration::from_secs(30),
+    )
+    .await;
+    let seen = counts(&source_console.text());
+    let more = wait_counts(&source_console, seen.len() + 3, Duration::from_secs(60)).await;
+    assert_eq!(
+        more.last().map(|c| &c.token),
+        seen.first().map(|c| &c.token),
+        "the source's guest rebooted: {running:?}"
+    );
 }

@@ -470,6 +470,13 @@ impl Backend for QemuVm {
 
     fn listen_incoming(&mut self, socket: &Path) -> Result<(), BackendError> {
         let _ = std::fs::remove_file(socket);
+        // The return path: the target tells the source whether it loaded the stream, so the
+        // source reports `completed` only once the target has the VM (without it, a target
+        // that failed to load was reported migrated and the VM was lost).
+        self.execute(
+            "migrate-set-capabilities",
+            Some(json!({ "capabilities": [{ "capability": "return-path", "state": true }] })),
+        )?;
         self.execute(
             "migrate-incoming",
             Some(json!({ "uri": format!("unix:{}", socket.display()) })),
@@ -487,6 +494,7 @@ impl Backend for QemuVm {
             { "capability": "block", "state": params.block },
             { "capability": "zero-blocks", "state": params.block },
             { "capability": "events", "state": true },
+            { "capability": "return-path", "state": true },
         ]});
         self.execute("migrate-set-capabilities", Some(capabilities))?;
         let mut parameters = serde_json::Map::new();
