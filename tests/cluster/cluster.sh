@@ -11,6 +11,7 @@ source "$HERE/lib/proc.sh"
 source "$HERE/lib/network.sh"
 source "$HERE/lib/controlplane.sh"
 source "$HERE/lib/nodes.sh"
+source "$HERE/lib/kvm-node.sh"
 source "$HERE/lib/images.sh"
 source "$HERE/lib/binary-images.sh"
 
@@ -23,6 +24,8 @@ usage: $0 COMMAND [ARGS]
   reset                  down, then delete all state under $STATE
   status                 what runs, and the nodes
   add-node NAME          start a worker node in its own network namespace
+  add-node --kvm NAME    start a worker node that is a VM with real (nested) KVM, an L1 under
+                         QEMU TCG -cpu max (lib/kvm-node.sh); tainted ferrovirt.io/nested-kvm
   remove-node NAME       stop a worker node and forget it
   push-image DIR REF     push an OCI image layout to the local registry as REF
   build-image ROOTFS REF [ENTRYPOINT [ARG...]]
@@ -73,7 +76,7 @@ cmd_up() {
     [[ -e "$(node_dir "$CONTROL_NODE")/node.env" ]] || register_node "$CONTROL_NODE" 0 0
     local n
     for n in $(node_names); do start_node "$n"; done
-    for n in $(node_names); do wait_node_ready "$n" 180; done
+    for n in $(node_names); do wait_node_ready "$n" "$(node_ready_timeout "$n")"; done
     kubectl_admin get nodes -o wide
     log "cluster up in $((SECONDS - started))s; export KUBECONFIG=$ADMIN_KUBECONFIG (kubectl: $KUBE_BIN/kubectl)"
 }
@@ -130,11 +133,17 @@ reset)
     ;;
 status) cmd_status ;;
 add-node)
-    (($# == 1)) || die "usage: $0 add-node NAME"
+    kvm=0
+    if [[ ${1:-} == --kvm ]]; then
+        kvm=1
+        shift
+    fi
+    (($# == 1)) || die "usage: $0 add-node [--kvm] NAME"
     require_root
     daemon_running kube-apiserver || die "the cluster is not up"
-    add_node "$1"
-    wait_node_ready "$1" 180
+    add_node "$1" "$kvm"
+    # A KVM node boots under software emulation: minutes, not seconds.
+    wait_node_ready "$1" $((kvm ? 900 : 180))
     kubectl_admin get nodes -o wide
     ;;
 remove-node)

@@ -74,7 +74,7 @@ teardown_host_network() {
     clean_host_iptables
     ip route del "$SERVICE_CIDR" dev "$BRIDGE" 2>/dev/null || true
     local link
-    for link in $(ip -o link show | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E '^(fvv[0-9]+|fvcni0|'"$BRIDGE"')$'); do
+    for link in $(ip -o link show | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E '^(fvv[0-9]+|fvk[0-9]+|fvcni0|'"$BRIDGE"')$'); do
         ip link del "$link" 2>/dev/null || true
     done
     # Pod veths of the control node go with their netns; remove any stragglers

@@ -21,9 +21,11 @@ node_names() {
     for d in "$STATE"/nodes/*/node.env; do [[ -e $d ]] && basename "$(dirname "$d")"; done
     return 0
 }
-# load_node NAME: sets NODE_INDEX, NODE_IP, NODE_OWN_NETNS.
+# load_node NAME: sets NODE_INDEX, NODE_IP, NODE_OWN_NETNS, NODE_KVM (1: a KVM node, an L1 VM;
+# lib/kvm-node.sh).
 load_node() {
     [[ -e "$(node_dir "$1")/node.env" ]] || die "no node named $1"
+    NODE_KVM=0
     # shellcheck disable=SC1090
     source "$(node_dir "$1")/node.env"
 }
@@ -34,8 +36,9 @@ holder_running() { daemon_running "$1-holder" && [[ "$(holder_pid "$1")" == "$(d
 in_node() {
     local name=$1 pid
     shift
-    pid=$(holder_pid "$name")
     load_node "$name"
+    ((NODE_KVM == 0)) || die "node $name is a KVM node (a VM): it has no namespaces on this host"
+    pid=$(holder_pid "$name")
     if ((NODE_OWN_NETNS)); then
         nsenter -t "$pid" -m -n -- "$@"
     else
@@ -61,15 +64,16 @@ remove_created_mountpoints() {
     rm -f "$STATE/created-mountpoints"
 }
 
-# register_node NAME INDEX OWN_NETNS
+# register_node NAME INDEX OWN_NETNS [KVM]
 register_node() {
-    local name=$1 index=$2 own=$3 dir
+    local name=$1 index=$2 own=$3 kvm=${4:-0} dir
     dir=$(node_dir "$name")
     mkdir -p "$dir"
     cat >"$dir/node.env" <<EOF
 NODE_INDEX=$index
 NODE_IP=$NODE_NET.$((index + 1))
 NODE_OWN_NETNS=$own
+NODE_KVM=$kvm
 EOF
 }
 
@@ -267,6 +271,10 @@ start_node() {
     local name=$1 dir
     dir=$(node_dir "$name")
     load_node "$name"
+    if ((NODE_KVM)); then
+        start_kvm_node "$name"
+        return
+    fi
     make_node_pki "$name" "$NODE_IP"
     write_node_config "$name"
     start_node_holder "$name"
@@ -325,12 +333,23 @@ node_ready() {
     [[ -n $renew ]] && (($(date -d "$renew" +%s) >= since))
 }
 
+# node_ready_timeout NAME: how long `up` waits for NAME (a KVM node boots under emulation).
+node_ready_timeout() {
+    load_node "$1"
+    if ((NODE_KVM)); then echo 900; else echo 180; fi
+}
+
 # wait_node_ready NAME SECONDS: Ready, with a lease renewed since its kubelet started.
 # A kubelet that exits on its own while we wait (it does when its runtime or the
 # API server is not answering yet) is started again, up to three times.
 wait_node_ready() {
     local since
     since=$(cat "$(node_dir "$1")/kubelet.started" 2>/dev/null || echo 0)
+    load_node "$1"
+    if ((NODE_KVM)); then
+        wait_kvm_node_ready "$1" "$since" "${2:-120}"
+        return
+    fi
     KUBELET_RESTARTS=0
     # wait_for silences its command; fd 4 keeps the restart notes visible.
     wait_for "node $1 Ready" "${2:-120}" node_ready_or_restart "$1" "$since" 4>&2 ||
@@ -347,9 +366,10 @@ node_ready_or_restart() {
     return 1
 }
 
-# add_node NAME: registers a worker node (next free index) and starts it.
+# add_node NAME [KVM]: registers a worker node (next free index; KVM 1: a KVM node, see
+# lib/kvm-node.sh) and starts it.
 add_node() {
-    local name=$1
+    local name=$1 kvm=${2:-0}
     [[ $name =~ ^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$ ]] || die "bad node name: $name"
     if [[ ! -e "$(node_dir "$name")/node.env" ]]; then
         local index=1 n
@@ -363,8 +383,10 @@ add_node() {
             index=$((index + 1))
         done
         ((index < 250)) || die "too many nodes"
-        register_node "$name" "$index" 1
+        register_node "$name" "$index" 1 "$kvm"
     fi
+    load_node "$name"
+    ((NODE_KVM == kvm)) || die "node $name exists with another kind (KVM node: $NODE_KVM); remove-node it first"
     start_node "$name"
 }
 
@@ -375,6 +397,7 @@ remove_node() {
     load_node "$name"
     cg_destroy "$name"
     ip link del "fvv$NODE_INDEX" 2>/dev/null || true
+    remove_kvm_node_network "$NODE_INDEX"
     ip route del "$POD_CIDR_PREFIX.$NODE_INDEX.0/24" 2>/dev/null || true
     rm -f "$RUN/$name-"*.pid
     kubectl_admin delete node "$name" --ignore-not-found >/dev/null 2>&1 || true
