@@ -1,0 +1,239 @@
+//! KubeVirt's getting-started flow on a KVM worker node: the VM runs on Ferrovirt's own VMM.
+//!
+//! This machine's `/dev/kvm` is PVM, so the netns nodes run every VM on QEMU TCG. A KVM node
+//! (`tests/cluster/cluster.sh add-node --kvm`, tests/cluster/lib/kvm-node.sh) is an L1 VM under
+//! QEMU TCG `-cpu max` with real, nested KVM; its virt-handler labels it
+//! `ferrovirt.io/kvm=hardware`, and launcher Pods prefer such nodes. The test adds the node
+//! when the cluster has none (and removes it again at the end), then, with `examples/vm-cirros.yaml`
+//! tolerating the node's `ferrovirt.io/nested-kvm` taint and nothing else changed: `virtctl
+//! start`, the VMI Running on the KVM node by the launcher Pod's preference alone, its
+//! `SoftwareEmulation` condition False with reason `Kvm`, `virtctl console` (login, a command),
+//! `virtctl pause` / `unpause` (the shell answers again), `virtctl stop`.
+//!
+//! Everything on the node runs under software emulation, with the guest one level further
+//! down: the times printed are only for comparing runs of this test with each other.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use api::{VirtualMachine, VirtualMachineInstance, VmiPhase};
+use ferrovirt_tests::console::ConsoleSession;
+use ferrovirt_tests::{client, virtctl, virtctl_binary, wait_for, TestNamespace};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::PostParams;
+use kube::Api;
+
+const NODE: &str = "ferrovirt-kvm1";
+const TAINT_KEY: &str = "ferrovirt.io/nested-kvm";
+const VM: &str = "on-kvm";
+/// Adding the node: the L1 boots under TCG, then containerd, the kubelet and virt-handler.
+const NODE_UP: Duration = Duration::from_secs(1200);
+/// Starting the VMI there: image pulls and the launcher under TCG, the guest on nested KVM.
+const START: Duration = Duration::from_secs(600);
+const USER: &str = "cirros";
+const PASSWORD: &str = "gocubsgo";
+
+fn cluster_sh() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("cluster/cluster.sh")
+}
+
+/// The KVM node for the test's length: added when the cluster has none, and then removed when
+/// the test ends, passed or failed (a node added by hand is kept).
+struct KvmNode {
+    added: bool,
+}
+
+impl KvmNode {
+    async fn ensure(client: &kube::Client) -> KvmNode {
+        let nodes: Api<Node> = Api::all(client.clone());
+        let existed = nodes.get_opt(NODE).await.expect("get node").is_some();
+        let started = Instant::now();
+        let out = tokio::task::spawn_blocking(|| {
+            Command::new(cluster_sh())
+                .args(["add-node", "--kvm", NODE])
+                .output()
+        })
+        .await
+        .expect("the add-node thread")
+        .unwrap_or_else(|e| panic!("running {}: {e}", cluster_sh().display()));
+        assert!(
+            out.status.success(),
+            "cluster.sh add-node --kvm {NODE} failed ({}):\nstdout: {}\nstderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        println!(
+            "KVM node {NODE} Ready {:.1}s after `cluster.sh add-node --kvm` (it existed before: {existed})",
+            started.elapsed().as_secs_f64()
+        );
+        KvmNode { added: !existed }
+    }
+}
+
+impl Drop for KvmNode {
+    fn drop(&mut self) {
+        if self.added {
+            match Command::new(cluster_sh())
+                .args(["remove-node", NODE])
+                .output()
+            {
+                Ok(out) if out.status.success() => println!("removed KVM node {NODE}"),
+                Ok(out) => eprintln!(
+                    "cluster.sh remove-node {NODE}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ),
+                Err(e) => eprintln!("cluster.sh remove-node {NODE}: {e}"),
+            }
+        }
+    }
+}
+
+/// `examples/vm-cirros.yaml` with its own name, `runStrategy: Halted` and a toleration of the
+/// KVM node's taint; no node selector or affinity of its own.
+fn vm_tolerating_the_kvm_node() -> VirtualMachine {
+    let text = include_str!("../../examples/vm-cirros.yaml");
+    let mut vm: serde_json::Value = serde_yaml::from_str(text).expect("examples/vm-cirros.yaml");
+    vm["metadata"]["name"] = VM.into();
+    vm["metadata"]["labels"]["kubevirt.io/vm"] = VM.into();
+    vm["spec"]["template"]["metadata"]["labels"]["kubevirt.io/vm"] = VM.into();
+    vm["spec"]["runStrategy"] = "Halted".into();
+    vm["spec"]["template"]["spec"]["tolerations"] = serde_json::json!([
+        {"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
+    ]);
+    serde_json::from_value(vm).expect("a VirtualMachine")
+}
+
+async fn node_labels(client: &kube::Client) -> std::collections::BTreeMap<String, String> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    wait_for(
+        &format!("virt-handler to label node {NODE}"),
+        NODE_UP,
+        || async {
+            let labels = nodes.get(NODE).await.ok()?.metadata.labels?;
+            labels.contains_key(contract::labels::KVM).then_some(labels)
+        },
+    )
+    .await
+}
+
+fn condition<'a>(
+    vmi: &'a VirtualMachineInstance,
+    type_: &str,
+) -> Option<&'a api::condition::Condition> {
+    vmi.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+}
+
+async fn paused(vmis: &Api<VirtualMachineInstance>, paused: bool) {
+    wait_for(
+        &format!("VMI {VM} with Paused condition {paused}"),
+        Duration::from_secs(120),
+        || async {
+            let vmi = vmis.get_opt(VM).await.ok()??;
+            let is = condition(&vmi, "Paused").is_some_and(|c| c.status == "True");
+            (is == paused).then_some(())
+        },
+    )
+    .await
+}
+
+fn console_session(namespace: &str, first: bool) -> Result<String, String> {
+    let mut console = ConsoleSession::open(namespace, VM)?;
+    if first {
+        console.login(USER, PASSWORD, START)?;
+        console.run("echo on-kvm-$((6*7)) $(id -un)", "on-kvm-42 cirros")?;
+    } else {
+        console.prompt("$ ", Duration::from_secs(120))?;
+        console.run("echo unpaused-$((5+5))", "unpaused-10")?;
+    }
+    console.escape()
+}
+
+async fn console(namespace: &str, first: bool) -> String {
+    let namespace = namespace.to_string();
+    tokio::task::spawn_blocking(move || console_session(&namespace, first))
+        .await
+        .expect("the console session thread")
+        .unwrap_or_else(|e| panic!("virtctl console: {e}"))
+}
+
+#[tokio::test]
+async fn getting_started_on_a_kvm_node_runs_the_vm_on_ferrovirts_vmm() {
+    let client = client().await;
+    virtctl_binary();
+    let _node = KvmNode::ensure(&client).await;
+    let labels = node_labels(&client).await;
+    assert_eq!(
+        labels.get(contract::labels::KVM).map(String::as_str),
+        Some(contract::labels::KVM_HARDWARE),
+        "virt-handler on {NODE} probed its /dev/kvm: {labels:?}"
+    );
+
+    let namespace = TestNamespace::create(&client, "e2e-kvm-node").await;
+    let ns = namespace.name.as_str();
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), ns);
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), ns);
+    vms.create(&PostParams::default(), &vm_tolerating_the_kvm_node())
+        .await
+        .expect("VM created");
+
+    let started = Instant::now();
+    let out = virtctl(ns, &["start", VM]);
+    assert_eq!(out.code, Some(0), "virtctl start: {out:?}");
+    let vmi = wait_for(&format!("VMI {VM} Running"), START, || async {
+        let vmi = vmis.get_opt(VM).await.ok()??;
+        let status = vmi.status.as_ref()?;
+        if status.phase == Some(VmiPhase::Failed) {
+            panic!("VMI {VM} failed: {:?}", status.conditions);
+        }
+        (status.phase? == VmiPhase::Running).then_some(vmi)
+    })
+    .await;
+    println!(
+        "VMI {VM} Running {:.1}s after virtctl start",
+        started.elapsed().as_secs_f64()
+    );
+    let status = vmi.status.as_ref().expect("a status");
+    assert_eq!(
+        status.node_name.as_deref(),
+        Some(NODE),
+        "the launcher Pod's preference for ferrovirt.io/kvm=hardware put the VMI on the KVM node"
+    );
+    let emulation = condition(&vmi, "SoftwareEmulation").expect("a SoftwareEmulation condition");
+    println!(
+        "SoftwareEmulation: {} reason {:?}: {:?}",
+        emulation.status, emulation.reason, emulation.message
+    );
+    assert_eq!(emulation.status, "False", "{emulation:?}");
+    assert_eq!(emulation.reason.as_deref(), Some("Kvm"), "{emulation:?}");
+    if let Some(boot) = condition(&vmi, "BootSource") {
+        println!("BootSource: {:?}: {:?}", boot.reason, boot.message);
+    }
+
+    let transcript = console(ns, true).await;
+    println!(
+        "console, {:.1}s after virtctl start:\n{}",
+        started.elapsed().as_secs_f64(),
+        transcript
+    );
+
+    let out = virtctl(ns, &["pause", "vmi", VM]);
+    assert_eq!(out.code, Some(0), "virtctl pause: {out:?}");
+    paused(&vmis, true).await;
+    let out = virtctl(ns, &["unpause", "vmi", VM]);
+    assert_eq!(out.code, Some(0), "virtctl unpause: {out:?}");
+    paused(&vmis, false).await;
+    console(ns, false).await;
+
+    let out = virtctl(ns, &["stop", VM]);
+    assert_eq!(out.code, Some(0), "virtctl stop: {out:?}");
+    wait_for(&format!("VMI {VM} to be gone"), START, || async {
+        vmis.get_opt(VM).await.ok()?.is_none().then_some(())
+    })
+    .await;
+}
