@@ -105,14 +105,25 @@ fn vm_tolerating_the_kvm_node() -> VirtualMachine {
     serde_json::from_value(vm).expect("a VirtualMachine")
 }
 
+/// The node's labels once virt-handler has probed its KVM and the node offers the device-plugin
+/// resources a launcher Pod asks for: until then the scheduler has to put the Pod elsewhere.
 async fn node_labels(client: &kube::Client) -> std::collections::BTreeMap<String, String> {
     let nodes: Api<Node> = Api::all(client.clone());
     wait_for(
-        &format!("virt-handler to label node {NODE}"),
+        &format!("virt-handler to label node {NODE} and its device plugins to offer /dev/kvm and /dev/net/tun"),
         NODE_UP,
         || async {
-            let labels = nodes.get(NODE).await.ok()?.metadata.labels?;
-            labels.contains_key(contract::labels::KVM).then_some(labels)
+            let node = nodes.get(NODE).await.ok()?;
+            let allocatable = node.status.as_ref()?.allocatable.as_ref()?;
+            // "1k" on a node with the plugin, "0" while it registers.
+            let offers = |resource: &str| allocatable.get(resource).is_some_and(|q| q.0 != "0");
+            if !offers(contract::resources::KVM) || !offers(contract::resources::TUN) {
+                return None;
+            }
+            let labels = node.metadata.labels?;
+            labels
+                .contains_key(contract::labels::KVM)
+                .then_some(labels)
         },
     )
     .await
