@@ -20,7 +20,7 @@ export SOURCE_DATE_EPOCH=0
 
 packages=(
     linux-source-6.1 build-essential bc bison flex libelf-dev libssl-dev lz4 kmod cpio xz-utils
-    busybox-static e2fsprogs dosfstools mtools genisoimage
+    busybox-static e2fsprogs dosfstools mtools genisoimage fdisk qemu-utils
     qemu-system-x86 qemu-system-data linux-image-cloud-amd64
 )
 
@@ -71,7 +71,7 @@ test_guest_inputs=()
 [ -d "$here/test-guests" ] && test_guest_inputs=(test-guests)
 set_key=$( (
     echo "$kernel_key"
-    hash_files build.sh tiny oci "${test_guest_inputs[@]}"
+    hash_files build.sh tiny standins oci "${test_guest_inputs[@]}"
     echo "$package_versions"
 ) | sha256sum | cut -c1-16)
 
@@ -117,6 +117,9 @@ chmod 0755 "$staging/containerdisk/disk" "$staging/kernel-boot/boot"
 chmod 0644 "$staging/containerdisk/disk/disk.img" "$staging/kernel-boot/boot/"*
 "$here/oci/make-oci-image.sh" "$out/oci/containerdisk" "$staging/containerdisk" latest
 "$here/oci/make-oci-image.sh" "$out/oci/kernel-boot" "$staging/kernel-boot" latest
+
+# 2b. The stand-in for KubeVirt's alpine-container-disk-demo (seconds).
+"$here/standins/build.sh" "$out"
 
 # 3. The KVM test guests, written by their own script when it exists.
 if [ -f "$here/test-guests/build.sh" ]; then

@@ -75,6 +75,25 @@ impl ConsoleSession {
         }
     }
 
+    /// Waits up to `within` for `login_prompt`, logs in as `user`, an account without a
+    /// password (Alpine's root), and waits for `shell_prompt`.
+    pub fn login_without_password(
+        &mut self,
+        login_prompt: &str,
+        user: &str,
+        shell_prompt: &str,
+        within: Duration,
+    ) -> Result<(), String> {
+        self.prompt(login_prompt, within)?;
+        std::thread::sleep(Duration::from_secs(1));
+        self.virtctl.skip_output();
+        self.virtctl.send(format!("{user}\r").as_bytes());
+        self.virtctl
+            .expect(shell_prompt, Duration::from_secs(60))
+            .map_err(|e| format!("no shell prompt after logging in as {user}: {e}"))?;
+        Ok(())
+    }
+
     /// Types `command` and waits up to a minute for `output` (which the typed line itself must
     /// not contain).
     pub fn run(&mut self, command: &str, output: &str) -> Result<(), String> {

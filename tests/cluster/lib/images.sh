@@ -128,6 +128,7 @@ GUEST_IMAGE_REFS=(
     "oci/containerdisk quay.io/kubevirt/cirros-container-disk-demo:latest"
     "oci/containerdisk quay.io/kubevirt/cirros-container-disk-demo:devel"
     "oci/kernel-boot quay.io/kubevirt/ferrovirt-kernel-boot:latest"
+    "oci/alpine-containerdisk quay.io/kubevirt/alpine-container-disk-demo:latest"
 )
 
 # layout_digest DIR: the digest of the first manifest of an OCI layout's index.
