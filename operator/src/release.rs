@@ -92,6 +92,12 @@ fn namespace_rules() -> Value {
         ),
         rule(&["apps"], &["deployments", "daemonsets"], ALL),
         rule(&[""], &["pods"], &["get"]),
+        // The operator's leader Lease (virt-operator.rs).
+        rule(
+            &["coordination.k8s.io"],
+            &["leases"],
+            &["get", "create", "update"]
+        ),
     ])
 }
 

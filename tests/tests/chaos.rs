@@ -19,14 +19,16 @@ use std::time::{Duration, Instant};
 
 use api::migration::{MigrationPhase, VirtualMachineInstanceMigration};
 use api::{VirtualMachine, VirtualMachineInstance, VmiPhase};
+use ferrovirt_tests::cluster_lock::kubevirt_spec;
 use ferrovirt_tests::counter::{self, console_counts, Count};
 use ferrovirt_tests::faults::{
     all_restart_counts, component_pids, kill_component, kill_daemon, launcher_uids, restart_counts,
     restarted_since, wait_restarted,
 };
 use ferrovirt_tests::{
-    client, kill_launcher, launcher_pids, migration_of, migration_phase as phase, sigkill, tiny_vm,
-    two_schedulable_nodes, virtctl, wait_for, ClusterLock, TestNamespace,
+    client, kill_launcher, kubectl, launcher_pids, migration_of, migration_phase as phase,
+    patch_kubevirt_cr, sigkill, tiny_vm, two_schedulable_nodes, virtctl, wait_for, ClusterLock,
+    TestNamespace,
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, PostParams};
@@ -338,6 +340,73 @@ async fn orphans(client: &Client, ns: &str) -> Vec<String> {
     found
 }
 
+/// virt-operator came through the API server's and etcd's deaths: a change to the KubeVirt
+/// CR's spec is observed (`status.observedGeneration` reaches the new generation), then the spec
+/// is put back as it was.
+async fn operator_still_reconciles() -> Row {
+    let generations = || {
+        let out = kubectl(
+            "kubevirt",
+            &[
+                "get",
+                "kv",
+                "kubevirt",
+                "-o",
+                "jsonpath={.metadata.generation} {.status.observedGeneration}",
+            ],
+        );
+        let mut numbers = out.stdout.split_whitespace().map(|n| n.parse::<i64>().ok());
+        (numbers.next().flatten(), numbers.next().flatten())
+    };
+    let saved = kubevirt_spec().expect("the KubeVirt CR kubevirt/kubevirt");
+    let change = serde_json::json!({"spec": {"configuration": {"migrations": {
+        "bandwidthPerMigration": "65Mi"}}}});
+    let out = patch_kubevirt_cr(&change);
+    assert_eq!(out.code, Some(0), "changing the KubeVirt CR: {out:?}");
+    let (generation, _) = generations();
+    let generation = generation.expect("the KubeVirt CR's generation");
+    let changed = Instant::now();
+    let observed = tokio::time::timeout(Duration::from_secs(120), async {
+        loop {
+            if generations().1.is_some_and(|o| o >= generation) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    })
+    .await;
+    let put_back = serde_json::json!([{"op": "replace", "path": "/spec", "value": saved}]);
+    let out = kubectl(
+        "kubevirt",
+        &[
+            "patch",
+            "kv",
+            "kubevirt",
+            "--type",
+            "json",
+            "-p",
+            &put_back.to_string(),
+        ],
+    );
+    assert_eq!(
+        out.code,
+        Some(0),
+        "putting the KubeVirt CR's spec back: {out:?}"
+    );
+    assert!(
+        observed.is_ok(),
+        "virt-operator did not observe generation {generation} of the KubeVirt CR within 120 s \
+         after the faults (observedGeneration {:?})",
+        generations().1
+    );
+    Row {
+        fault: "(virt-operator)",
+        around: "a change to the KubeVirt CR's spec after the faults".into(),
+        happened: format!("observed {:.1?} after the change", changed.elapsed()),
+        checked: "status.observedGeneration reached the new generation; the spec put back".into(),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn twenty_vms_live_through_their_components_and_the_control_plane_dying() {
     let _alone = ClusterLock::exclusive().await;
@@ -587,6 +656,8 @@ async fn twenty_vms_live_through_their_components_and_the_control_plane_dying() 
             kept.len()
         ),
     });
+
+    table.push(operator_still_reconciles().await);
 
     let mut out = String::from(
         "\n| fault | around it | what happened | checked after |\n|---|---|---|---|\n",

@@ -4,9 +4,17 @@
 //! (`$POD_NAME` in `$POD_NAMESPACE`), so changing the operator Deployment's image upgrades.
 //! Certificate lifetimes come from the CR's `certificateRotateStrategy` (KubeVirt's defaults:
 //! CA 168h, certificates 24h).
+//!
+//! It holds the leader Lease `virt-operator` in its namespace while it runs, as KubeVirt's
+//! operator does: one replica reconciles at a time, and an operator that cannot renew its Lease
+//! (the API server gone for longer than the Lease lasts) exits and is restarted with fresh
+//! connections and watches. Without that, an operator whose API server was killed and came back
+//! was seen to reconcile nothing more (its CR's observedGeneration stayed behind, a deleted
+//! Service was not put back) until it was restarted by hand.
 
 use std::process::ExitCode;
 
+use controller::lease::LeaderLease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use operator::install::OperatorImage;
@@ -79,6 +87,11 @@ async fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     };
+    let identity = std::env::var("POD_NAME")
+        .unwrap_or_else(|_| format!("virt-operator-{}", std::process::id()));
+    let lease = LeaderLease::new(client.clone(), &namespace, "virt-operator", &identity);
+    lease.acquire().await;
+    tokio::spawn(lease.keep());
     log::info!(
         "virt-operator {image}: installing {}/*:{} into {namespace}",
         own.prefix,
