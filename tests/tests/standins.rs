@@ -73,7 +73,10 @@ async fn the_alpine_stand_in_boots_its_own_kernel_and_logs_in_as_kubevirts_suite
     assert_eq!(source.reason.as_deref(), Some("UserDisk"), "{says}");
     let message = source.message.clone().unwrap_or_default();
     for part in ["/boot/vmlinuz-virt", "/boot/extlinux.conf"] {
-        assert!(message.contains(part), "BootSource does not name {part}: {says}");
+        assert!(
+            message.contains(part),
+            "BootSource does not name {part}: {says}"
+        );
     }
     let ns = namespace.name.clone();
     let (transcript, to_login) = tokio::task::spawn_blocking(move || alpine_session(&ns, name))
