@@ -2,7 +2,7 @@
 //! through kube-apiserver, with the terminal in raw mode.
 //!
 //! 1. Connect: `GET .../virtualmachineinstances/{name}/console` with `Upgrade: websocket`.
-//!    While the VMI is not running yet (409, or a console that cannot be reached yet) the
+//!    While the VMI is not running yet (400, or a console that cannot be reached yet) the
 //!    attempt is repeated once a second until `--timeout` minutes have passed, so
 //!    `virtctl start vm && virtctl console vm` works. A VMI that does not exist ends it at
 //!    once, as KubeVirt's virtctl does.

@@ -55,17 +55,20 @@ pub fn check_action(vmi: &VirtualMachineInstance, action: HandlerAction) -> Resu
     }
 }
 
-/// The console needs a running VMI.
+/// The console needs a running VMI with a serial console, with KubeVirt's answers
+/// (`validateVMIForConsole`): 400 "No serial consoles are present." when
+/// `autoattachSerialConsole` is false, 409 for a Failed VMI, 400 "VMI is not running" otherwise;
+/// KubeVirt's virtctl retries a 400 until its `--timeout`.
 pub fn check_console(vmi: &VirtualMachineInstance) -> Result<(), ApiError> {
+    if vmi.spec.domain.devices.autoattach_serial_console == Some(false) {
+        return Err(ApiError::bad_request("No serial consoles are present."));
+    }
+    let phase = vmi.status.as_ref().and_then(|s| s.phase);
+    if phase == Some(VmiPhase::Failed) {
+        return Err(ApiError::conflict("VMI is in failed status"));
+    }
     if !is_running(vmi) {
-        return Err(ApiError::conflict(format!(
-            "Unable to connect to VirtualMachineInstance because phase is {} instead of Running",
-            vmi.status
-                .as_ref()
-                .and_then(|s| s.phase)
-                .map(VmiPhase::as_str)
-                .unwrap_or("Pending")
-        )));
+        return Err(ApiError::bad_request("VMI is not running"));
     }
     Ok(())
 }
@@ -145,10 +148,27 @@ mod tests {
                 .message,
             "VMI is not running"
         );
-        assert!(check_console(&pending)
-            .unwrap_err()
-            .message
-            .contains("phase is Pending"));
+        let refused = check_console(&pending).unwrap_err();
+        assert_eq!(
+            (refused.code, refused.message.as_str()),
+            (http::StatusCode::BAD_REQUEST, "VMI is not running")
+        );
+        let refused = check_console(&vmi("Failed", json!([]))).unwrap_err();
+        assert_eq!(
+            (refused.code, refused.message.as_str()),
+            (http::StatusCode::CONFLICT, "VMI is in failed status")
+        );
+        let mut headless = vmi("Running", json!([]));
+        headless.spec.domain.devices.autoattach_serial_console = Some(false);
+        let refused = check_console(&headless).unwrap_err();
+        assert_eq!(
+            (refused.code, refused.message.as_str()),
+            (
+                http::StatusCode::BAD_REQUEST,
+                "No serial consoles are present."
+            )
+        );
+        assert!(check_console(&running).is_ok());
     }
 
     #[test]
