@@ -71,6 +71,19 @@ fn pod_annotations(vmi: &VirtualMachineInstance, name: &str) -> BTreeMap<String,
     annotations
 }
 
+/// The guest's and the launcher Pod's host name, as KubeVirt's `SanitizeHostname` makes it:
+/// `spec.hostname`, else the VMI's name up to its first dot, cut to a DNS label's 63
+/// characters (a VMI's name may be up to 253). The Pod's `vm.kubevirt.io/name` label carries it
+/// too, as KubeVirt's does: a label value has the same limit.
+pub fn sanitized_hostname(vmi: &VirtualMachineInstance) -> String {
+    if let Some(hostname) = vmi.spec.hostname.as_ref().filter(|h| !h.is_empty()) {
+        return hostname.clone();
+    }
+    let name = vmi.metadata.name.as_deref().unwrap_or_default();
+    let first = name.split('.').next().unwrap_or_default();
+    first.chars().take(63).collect()
+}
+
 pub fn render_launcher_pod(
     vmi: &VirtualMachineInstance,
     cfg: &ClusterConfig,
@@ -83,7 +96,8 @@ pub fn render_launcher_pod(
     let mut pod_labels = vmi.metadata.labels.clone().unwrap_or_default();
     pod_labels.insert(labels::APP.into(), labels::LAUNCHER_APP.into());
     pod_labels.insert(labels::CREATED_BY.into(), uid.clone());
-    pod_labels.insert(labels::VMI_NAME.into(), name.clone());
+    let host_name = sanitized_hostname(vmi);
+    pod_labels.insert(labels::VMI_NAME.into(), host_name.clone());
 
     let mut volumes = vec![
         host_path_volume("sockets", &format!("{HOST_SOCKET_ROOT}/{uid}")),
@@ -266,7 +280,7 @@ pub fn render_launcher_pod(
             tolerations: (!vmi.spec.tolerations.is_empty()).then(|| vmi.spec.tolerations.clone()),
             scheduler_name: vmi.spec.scheduler_name.clone(),
             priority_class_name: vmi.spec.priority_class_name.clone(),
-            hostname: Some(vmi.spec.hostname.clone().unwrap_or_else(|| name.clone())),
+            hostname: Some(host_name),
             subdomain: vmi.spec.subdomain.clone(),
             // The masquerade binding forwards between the tap and eth0 in the Pod's own network
             // namespace (the kubelet must allow this sysctl: allowedUnsafeSysctls).

@@ -425,3 +425,30 @@ fn the_vmis_own_affinity_is_kept_beside_the_kvm_preference() {
     let pod = render(&vmi, &emulated);
     assert_eq!(pod.spec.unwrap().affinity, vmi.spec.affinity);
 }
+
+#[test]
+fn a_long_vmi_name_gives_a_pod_with_a_valid_hostname_and_name_label() {
+    // A VMI's name may be up to 253 characters; a DNS label and a label value up to 63.
+    let long = format!("{}.example", "a".repeat(70));
+    let mut vmi = vmi();
+    vmi.metadata.name = Some(long);
+    let pod = render(&vmi, &ClusterConfig::default());
+    let want = "a".repeat(63);
+    let labels = pod.metadata.labels.as_ref().unwrap();
+    assert_eq!(labels[contract::labels::VMI_NAME], want);
+    assert_eq!(
+        pod.spec.as_ref().unwrap().hostname.as_deref(),
+        Some(want.as_str())
+    );
+    // spec.hostname wins, as in KubeVirt.
+    vmi.spec.hostname = Some("guest".into());
+    let pod = render(&vmi, &ClusterConfig::default());
+    assert_eq!(
+        pod.spec.as_ref().unwrap().hostname.as_deref(),
+        Some("guest")
+    );
+    assert_eq!(
+        pod.metadata.labels.as_ref().unwrap()[contract::labels::VMI_NAME],
+        "guest"
+    );
+}
