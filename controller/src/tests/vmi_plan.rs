@@ -83,6 +83,13 @@ fn phases_follow_the_pod() {
 }
 
 #[test]
+fn the_pods_qos_class_is_the_vmis() {
+    let pending = pod(json!({"phase": "Pending", "qosClass": "Burstable"}), None);
+    let p = plan(&vmi(Some(VmiPhase::Pending)), &[pending], now());
+    assert_eq!(p.status.unwrap().qos_class.as_deref(), Some("Burstable"));
+}
+
+#[test]
 fn a_pod_first_seen_running_records_scheduling_and_scheduled() {
     let running = pod(
         json!({"phase": "Running", "containerStatuses": [

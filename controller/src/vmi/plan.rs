@@ -125,6 +125,10 @@ fn follow_pod(status: &mut VirtualMachineInstanceStatus, pod: &Pod, now: Timesta
     let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
     let phase = status.phase.unwrap_or(VmiPhase::Pending);
 
+    // The Pod's QoS class, as KubeVirt reports it on the VMI.
+    if pod_status.qos_class.is_some() {
+        status.qos_class = pod_status.qos_class.clone();
+    }
     if let Some(scheduled) = conditions.iter().find(|c| c.type_ == "PodScheduled") {
         let mut copy = Condition::new(
             "PodScheduled",
