@@ -102,19 +102,7 @@ impl ClusterChange {
         if current.is_none() || current.as_ref() == Some(saved) {
             return;
         }
-        let patch = serde_json::json!([{"op": "add", "path": "/spec", "value": saved}]);
-        let out = crate::kubectl(
-            "kubevirt",
-            &[
-                "patch",
-                "kv",
-                "kubevirt",
-                "--type",
-                "json",
-                "-p",
-                &patch.to_string(),
-            ],
-        );
+        let out = set_kubevirt_spec(saved);
         if out.code != Some(0) {
             eprintln!("could not put the KubeVirt CR's spec back to {saved}: {out:?}");
         }
@@ -125,6 +113,23 @@ impl Drop for ClusterChange {
     fn drop(&mut self) {
         self.restore_kubevirt_spec();
     }
+}
+
+/// Sets the KubeVirt CR's whole spec to `spec`, with kubectl (so that it works in `Drop`).
+pub fn set_kubevirt_spec(spec: &serde_json::Value) -> crate::CommandOutput {
+    let patch = serde_json::json!([{"op": "add", "path": "/spec", "value": spec}]);
+    crate::kubectl(
+        "kubevirt",
+        &[
+            "patch",
+            "kv",
+            "kubevirt",
+            "--type",
+            "json",
+            "-p",
+            &patch.to_string(),
+        ],
+    )
 }
 
 /// The KubeVirt CR's spec, read with kubectl (so that it works in `Drop`, outside a runtime);

@@ -140,6 +140,21 @@ pub async fn wait_running(
     .await
 }
 
+/// The VMI's `BootSource` condition (what the launcher booted, and from where) as
+/// `(reason, message)`; panics when it has none.
+pub fn boot_source(vmi: &api::VirtualMachineInstance) -> (String, String) {
+    let name = vmi.metadata.name.as_deref().unwrap_or_default();
+    let source = vmi
+        .status
+        .as_ref()
+        .and_then(|s| api::condition::find(&s.conditions, "BootSource").cloned())
+        .unwrap_or_else(|| panic!("VMI {name} has no BootSource condition"));
+    (
+        source.reason.unwrap_or_default(),
+        source.message.unwrap_or_default(),
+    )
+}
+
 /// Deletes the virt-handler Pod on `node` (`grace`: its grace period in seconds) and waits
 /// for its DaemonSet's replacement to run there.
 pub async fn restart_handler(client: &Client, node: &str, grace: Option<u32>) {

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use api::migration::{MigrationPhase, VirtualMachineInstanceMigration};
 use api::{VirtualMachine, VirtualMachineInstance, VmiPhase};
-use ferrovirt_tests::cluster_lock::kubevirt_spec;
+use ferrovirt_tests::cluster_lock::{kubevirt_spec, set_kubevirt_spec};
 use ferrovirt_tests::counter::{self, console_counts, Count};
 use ferrovirt_tests::faults::{
     all_restart_counts, component_pids, kill_component, kill_daemon, launcher_uids, restart_counts,
@@ -375,19 +375,7 @@ async fn operator_still_reconciles() -> Row {
         }
     })
     .await;
-    let put_back = serde_json::json!([{"op": "replace", "path": "/spec", "value": saved}]);
-    let out = kubectl(
-        "kubevirt",
-        &[
-            "patch",
-            "kv",
-            "kubevirt",
-            "--type",
-            "json",
-            "-p",
-            &put_back.to_string(),
-        ],
-    );
+    let out = set_kubevirt_spec(&saved);
     assert_eq!(
         out.code,
         Some(0),

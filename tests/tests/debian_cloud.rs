@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use api::{VirtualMachine, VirtualMachineInstance};
 use ferrovirt_tests::console::ConsoleSession;
-use ferrovirt_tests::{client, wait_running, TestNamespace};
+use ferrovirt_tests::{boot_source, client, wait_running, TestNamespace};
 use kube::api::PostParams;
 use kube::Api;
 
@@ -158,18 +158,10 @@ async fn boot_and_log_in(
     let created = Instant::now();
     let vm = boot.vm;
     let running = wait_running(&vmis, vm, BOOT).await;
-    let source = running
-        .status
-        .as_ref()
-        .and_then(|s| api::condition::find(&s.conditions, "BootSource").cloned())
-        .unwrap_or_else(|| panic!("VMI {vm} has no BootSource condition"));
-    let says = format!("{:?} {:?}", source.reason, source.message);
+    let (reason, message) = boot_source(&running);
+    let says = format!("{reason} {message:?}");
     assert!(
-        source.reason.as_deref() == Some("UserDisk")
-            && source
-                .message
-                .as_deref()
-                .is_some_and(|m| m.contains(boot.boot_source)),
+        reason == "UserDisk" && message.contains(boot.boot_source),
         "VMI {vm} does not say it boots the image by {:?}: {says}",
         boot.boot_source
     );

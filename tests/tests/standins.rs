@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use api::VirtualMachineInstance;
 use ferrovirt_tests::console::ConsoleSession;
-use ferrovirt_tests::{client, wait_running, TestNamespace};
+use ferrovirt_tests::{boot_source, client, wait_running, TestNamespace};
 use kube::api::PostParams;
 use kube::Api;
 
@@ -64,14 +64,9 @@ async fn the_alpine_stand_in_boots_its_own_kernel_and_logs_in_as_kubevirts_suite
         .unwrap_or_else(|e| panic!("VMI {name} created: {e}"));
     let running = wait_running(&vmis, name, BOOT).await;
     let to_running = created.elapsed();
-    let source = running
-        .status
-        .as_ref()
-        .and_then(|s| api::condition::find(&s.conditions, "BootSource").cloned())
-        .unwrap_or_else(|| panic!("VMI {name} has no BootSource condition"));
-    let says = format!("{:?} {:?}", source.reason, source.message);
-    assert_eq!(source.reason.as_deref(), Some("UserDisk"), "{says}");
-    let message = source.message.clone().unwrap_or_default();
+    let (reason, message) = boot_source(&running);
+    let says = format!("{reason} {message:?}");
+    assert_eq!(reason, "UserDisk", "{says}");
     for part in ["/boot/vmlinuz-virt", "/boot/extlinux.conf"] {
         assert!(
             message.contains(part),
