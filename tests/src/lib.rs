@@ -140,6 +140,18 @@ pub async fn wait_running(
     .await
 }
 
+/// `examples/vm-cirros.yaml` (KubeVirt's getting-started VM) named `name`, with
+/// `runStrategy: Halted`, as JSON for a test to adjust.
+pub fn getting_started_vm(name: &str) -> serde_json::Value {
+    let text = include_str!("../../examples/vm-cirros.yaml");
+    let mut vm: serde_json::Value = serde_yaml::from_str(text).expect("examples/vm-cirros.yaml");
+    vm["metadata"]["name"] = name.into();
+    vm["metadata"]["labels"]["kubevirt.io/vm"] = name.into();
+    vm["spec"]["template"]["metadata"]["labels"]["kubevirt.io/vm"] = name.into();
+    vm["spec"]["runStrategy"] = "Halted".into();
+    vm
+}
+
 /// The VMI's `BootSource` condition (what the launcher booted, and from where) as
 /// `(reason, message)`; panics when it has none.
 pub fn boot_source(vmi: &api::VirtualMachineInstance) -> (String, String) {

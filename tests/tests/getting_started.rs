@@ -35,13 +35,7 @@ const PASSWORD: &str = "gocubsgo";
 
 /// `examples/vm-cirros.yaml` with its own name and `runStrategy: Halted`.
 fn getting_started_vm() -> VirtualMachine {
-    let text = include_str!("../../examples/vm-cirros.yaml");
-    let mut vm: serde_json::Value = serde_yaml::from_str(text).expect("examples/vm-cirros.yaml");
-    vm["metadata"]["name"] = VM.into();
-    vm["metadata"]["labels"]["kubevirt.io/vm"] = VM.into();
-    vm["spec"]["template"]["metadata"]["labels"]["kubevirt.io/vm"] = VM.into();
-    vm["spec"]["runStrategy"] = "Halted".into();
-    serde_json::from_value(vm).expect("a VirtualMachine")
+    serde_json::from_value(ferrovirt_tests::getting_started_vm(VM)).expect("a VirtualMachine")
 }
 
 fn assert_success(what: &str, out: &CommandOutput, stdout: &str) {

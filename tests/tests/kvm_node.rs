@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 
 use api::{VirtualMachine, VirtualMachineInstance, VmiPhase};
 use ferrovirt_tests::console::ConsoleSession;
-use ferrovirt_tests::{client, virtctl, virtctl_binary, wait_for, TestNamespace};
+use ferrovirt_tests::{
+    client, getting_started_vm, virtctl, virtctl_binary, wait_for, TestNamespace,
+};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::PostParams;
 use kube::Api;
@@ -93,12 +95,7 @@ impl Drop for KvmNode {
 /// `examples/vm-cirros.yaml` with its own name, `runStrategy: Halted` and a toleration of the
 /// KVM node's taint; no node selector or affinity of its own.
 fn vm_tolerating_the_kvm_node() -> VirtualMachine {
-    let text = include_str!("../../examples/vm-cirros.yaml");
-    let mut vm: serde_json::Value = serde_yaml::from_str(text).expect("examples/vm-cirros.yaml");
-    vm["metadata"]["name"] = VM.into();
-    vm["metadata"]["labels"]["kubevirt.io/vm"] = VM.into();
-    vm["spec"]["template"]["metadata"]["labels"]["kubevirt.io/vm"] = VM.into();
-    vm["spec"]["runStrategy"] = "Halted".into();
+    let mut vm = getting_started_vm(VM);
     vm["spec"]["template"]["spec"]["tolerations"] = serde_json::json!([
         {"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
     ]);
