@@ -147,14 +147,14 @@ setup "local cluster with Ferrovirt and a worker node" hack/up.sh
 # before it put its change back left that change in the cluster's state, so put the manifest's
 # spec back here and say so.
 reset_kubevirt_cr() {
-  local want live
-  want=$(kubectl create --dry-run=client -o jsonpath='{.spec}' \
+  local want live kubectl=(tests/cluster/cluster.sh kubectl)
+  want=$("${kubectl[@]}" create --dry-run=client -o jsonpath='{.spec}' \
     -f /var/lib/ferrovirt-cluster/release/kubevirt-cr.yaml) || return
-  live=$(kubectl -n kubevirt get kv kubevirt -o jsonpath='{.spec}') || return
+  live=$("${kubectl[@]}" -n kubevirt get kv kubevirt -o jsonpath='{.spec}') || return
   # Both are kubectl's JSON of the same kind of object: keys sorted, so equal text is equal.
   [[ $live == "$want" ]] && return
   echo "the KubeVirt CR's spec was left changed: $live; putting back the manifest's: $want"
-  kubectl -n kubevirt patch kv kubevirt --type=json \
+  "${kubectl[@]}" -n kubevirt patch kv kubevirt --type=json \
     -p "[{\"op\":\"replace\",\"path\":\"/spec\",\"value\":$want}]"
 }
 setup "the KubeVirt CR's spec is the release manifest's before the run" reset_kubevirt_cr
