@@ -8,7 +8,7 @@
 #      (hack/kvm-host.sh; vmm/tests/nested*.rs and vmm/launcher/tests/nested_launcher.rs, the
 #      `nested` feature of both packages);
 #   3. the local cluster with Ferrovirt installed, a worker node for migration and a VM running
-#      (hack/up.sh);
+#      (hack/up.sh), with the KubeVirt CR's spec put back to the release manifest's;
 #   4. cargo test for the whole workspace with the tier features (the hermetic, KVM, QEMU and
 #      cluster tiers: unit, integration and end-to-end tests), but for the operator's package;
 #      then the hermetic tier again as user nobody (hack/test-unprivileged.sh), and the
