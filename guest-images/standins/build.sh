@@ -6,9 +6,9 @@
 #
 #   standins/build.sh SET_DIR          (guest-images/build.sh runs it after tiny/build-tiny.sh)
 #
-# From what build-tiny.sh left in SET_DIR: the tiny guest's busybox system (initramfs.cpio.gz)
-# and Debian's stock cloud kernel with its virtio modules (stock/). The disk, as Alpine's "virt"
-# disk images are laid out: an MBR, one bootable ext4 partition from 1 MiB holding the root
+# From what build-tiny.sh left in SET_DIR: Debian's stock cloud kernel and its initramfs
+# (stock/), the tiny guest's busybox system with that kernel's virtio modules. The disk, as
+# Alpine's "virt" disk images are laid out: an MBR, one bootable ext4 partition from 1 MiB holding the root
 # with /boot/vmlinuz-virt, /boot/initramfs-virt and /boot/extlinux.conf (Alpine's
 # update-extlinux layout: a hidden menu whose MENU DEFAULT entry boots root=UUID=...). The
 # initramfs does what Alpine's mkinitfs does here: loads the modules, mounts root= and
@@ -36,17 +36,15 @@ log() { echo "standins: $*"; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 tree=$work/tree
-stock=$work/stock
-mkdir -p "$tree" "$stock"
-(cd "$tree" && gzip -dc "$set_dir/initramfs.cpio.gz" | cpio -idm --quiet --no-absolute-filenames)
-(cd "$stock" && gzip -dc "$set_dir/stock/initramfs.cpio.gz" | cpio -idm --quiet --no-absolute-filenames)
-[ -s "$stock/lib/modules/$release/ferrovirt-load-order" ] ||
+mkdir -p "$tree"
+# The stock kernel's initramfs: the tiny guest's system and that kernel's modules.
+(cd "$tree" && gzip -dc "$set_dir/stock/initramfs.cpio.gz" | cpio -idm --quiet --no-absolute-filenames)
+[ -s "$tree/lib/modules/$release/ferrovirt-load-order" ] ||
     { echo "standins: no modules for $release in $set_dir/stock/initramfs.cpio.gz" >&2; exit 1; }
 
 log "alpine: the root tree (the tiny guest's busybox system, as Alpine's console has it)"
 rm -f "$tree/init"
 rm -rf "$tree/home/cirros"
-cp -a "$stock/lib/modules/$release" "$tree/lib/modules/"
 cat >"$tree/etc/passwd" <<'PASSWD'
 root::0:0:root:/root:/bin/sh
 PASSWD
@@ -82,7 +80,7 @@ cp "$tree/bin/busybox" "$initrd/bin/busybox"
 for applet in sh mount umount insmod findfs switch_root sleep cat echo mkdir uname poweroff; do
     ln -s busybox "$initrd/bin/$applet"
 done
-cp -a "$stock/lib/modules/$release" "$initrd/lib/modules/"
+cp -a "$tree/lib/modules/$release" "$initrd/lib/modules/"
 install -m 0755 "$here/alpine-init" "$initrd/init"
 find "$initrd" -exec touch -h -d "@$epoch" {} +
 (cd "$initrd" && find . -print0 | LC_ALL=C sort -z |
