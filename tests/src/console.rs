@@ -40,20 +40,32 @@ impl ConsoleSession {
         }
     }
 
+    /// Waits up to `within` for `login_prompt` and types `user` at it.
+    fn enter_user(
+        &mut self,
+        login_prompt: &str,
+        user: &str,
+        within: Duration,
+    ) -> Result<(), String> {
+        self.prompt(login_prompt, within)?;
+        // Let the Enter presses of a slow boot drain before the user name goes in.
+        std::thread::sleep(Duration::from_secs(1));
+        self.virtctl.skip_output();
+        self.virtctl.send(format!("{user}\r").as_bytes());
+        Ok(())
+    }
+
     /// Waits up to `within` for the login prompt, logs in, and waits for a shell prompt
     /// ending in `$ `. A refused login is tried again, as a user would, until `within` has
     /// passed: a serial getty can ask before cloud-init has set the user's password.
     pub fn login(&mut self, user: &str, password: &str, within: Duration) -> Result<(), String> {
         let deadline = Instant::now() + within;
         loop {
-            self.prompt(
+            self.enter_user(
                 "login: ",
+                user,
                 deadline.saturating_duration_since(Instant::now()),
             )?;
-            // Let the Enter presses of a slow boot drain before the user name goes in.
-            std::thread::sleep(Duration::from_secs(1));
-            self.virtctl.skip_output();
-            self.virtctl.send(format!("{user}\r").as_bytes());
             self.virtctl
                 .expect("Password: ", Duration::from_secs(60))
                 .map_err(|e| format!("no password prompt after the user name: {e}"))?;
@@ -84,10 +96,7 @@ impl ConsoleSession {
         shell_prompt: &str,
         within: Duration,
     ) -> Result<(), String> {
-        self.prompt(login_prompt, within)?;
-        std::thread::sleep(Duration::from_secs(1));
-        self.virtctl.skip_output();
-        self.virtctl.send(format!("{user}\r").as_bytes());
+        self.enter_user(login_prompt, user, within)?;
         self.virtctl
             .expect(shell_prompt, Duration::from_secs(60))
             .map_err(|e| format!("no shell prompt after logging in as {user}: {e}"))?;
