@@ -110,34 +110,27 @@ build_kvm_node_image() {
     : >"$tree/etc/machine-id"
 
     # The initramfs: busybox and the modules that reach the root disk.
-    local initrd=$tmp/initrd mods=$tree/lib/modules/$release
+    local initrd=$tmp/initrd
     mkdir -p "$initrd"/{bin,sbin,proc,sys,dev,tmp,newroot,lib/modules}
     cp "$tree/bin/busybox" "$initrd/bin/busybox"
     local applet
     for applet in sh mount umount insmod sleep switch_root poweroff cat ls mkdir; do
         ln -s busybox "$initrd/bin/$applet"
     done
-    local m line order=() seen=" " path
-    for m in "${KVM_NODE_INITRAMFS_MODULES[@]}"; do
-        line=$(grep -E "/${m//_/[_-]}\.ko(\.[a-z]+)?:" "$mods/modules.dep" | head -n 1) ||
-            die "module $m is not in the node's kernel $release"
-        local deps=()
-        read -r -a deps <<<"${line#*:}"
-        local i
-        for ((i = ${#deps[@]} - 1; i >= 0; i--)); do order+=("${deps[i]}"); done
-        order+=("${line%%:*}")
-    done
+    # Dependencies first, in the order modprobe would load them (as guest-images/tiny does).
+    local m path
     : >"$initrd/lib/modules/load-order"
-    for path in "${order[@]}"; do
-        [[ $seen == *" $path "* ]] && continue
-        seen+="$path "
+    for m in "${KVM_NODE_INITRAMFS_MODULES[@]}"; do
+        modprobe -d "$tree" -S "$release" --show-depends "$m" ||
+            die "module $m is not in the node's kernel $release"
+    done | awk '$1 == "insmod" && !seen[$2]++ { print $2 }' | while read -r path; do
         case $path in
-        *.ko) cp "$mods/$path" "$initrd/lib/modules/" ;;
-        *.ko.xz) xz -dc "$mods/$path" >"$initrd/lib/modules/$(basename "${path%.xz}")" ;;
+        *.ko) cp "$path" "$initrd/lib/modules/" ;;
+        *.ko.xz) xz -dc "$path" >"$initrd/lib/modules/$(basename "${path%.xz}")" ;;
         *) die "module file of unknown kind: $path" ;;
         esac
         basename "${path%.xz}" >>"$initrd/lib/modules/load-order"
-    done
+    done || die "collecting the initramfs modules of the node's kernel $release failed"
     install -m 0755 "$KVM_NODE_DIR/initramfs-init" "$initrd/init"
     (cd "$initrd" && find . | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0) >"$tmp/initrd.cpio"
     rm -rf "$initrd"
