@@ -21,8 +21,6 @@ use contract::proto::v1;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use v1::{DomainState, MigrationStatus};
 
-type Client = v1::launcher_client::LauncherClient<tonic::transport::Channel>;
-
 const DISK_MARKER: &[u8] = b"ferrovirt-kvm-block-migration-marker";
 
 fn memtest_vmi() -> serde_json::Value {
@@ -179,18 +177,6 @@ fn scratch_disk(dir: &Path) -> Option<PathBuf> {
     None
 }
 
-async fn migrate(client: &mut Client, process: &LauncherProcess, socket: &Path) {
-    client
-        .migrate(v1::MigrateRequest {
-            vmi: String::new(),
-            socket: socket.display().to_string(),
-            bandwidth_bytes_per_second: 0,
-            max_downtime_ms: 0,
-        })
-        .await
-        .unwrap_or_else(|s| panic!("Migrate: {s}\n{}", process.log_text()));
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrates_the_memtest_guest_with_its_disk() {
     let kernel = memtest();
@@ -227,7 +213,7 @@ async fn migrates_the_memtest_guest_with_its_disk() {
     );
     let mut source_client = client(&source_dirs).await;
     let before = generations(&source_console.text()).last().copied();
-    migrate(&mut source_client, &source, &relay_socket).await;
+    migrate(&mut source_client, &source, &relay_socket, 0).await;
 
     let ended = wait_migration_end(&mut source_client, Duration::from_secs(60)).await;
     let info = migration_of(&ended);
@@ -315,7 +301,7 @@ async fn killed_target_and_cancel_leave_the_guest_running_on_the_source() {
         Some(1 << 20),
     );
     let mut source_client = client(&source_dirs).await;
-    migrate(&mut source_client, &source, &relay_socket).await;
+    migrate(&mut source_client, &source, &relay_socket, 0).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let during = domain(&mut source_client).await;
     let info = migration_of(&during);
@@ -357,7 +343,7 @@ async fn killed_target_and_cancel_leave_the_guest_running_on_the_source() {
             .join(contract::sockets::MIGRATION_TARGET_SOCKET),
         Some(1 << 20),
     );
-    migrate(&mut source_client, &source, &relay_socket).await;
+    migrate(&mut source_client, &source, &relay_socket, 0).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     source_client
         .cancel_migration(v1::VmiRequest::default())

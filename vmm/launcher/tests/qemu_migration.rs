@@ -191,17 +191,8 @@ async fn migrates_a_running_guest_with_its_disks() {
     let last_before = before.last().cloned().expect("counts before");
     let started = Instant::now();
     let mut source_client = client(&source_dirs).await;
-    let migrating = source_client
-        .migrate(v1::MigrateRequest {
-            vmi: String::new(),
-            socket: relay_socket.display().to_string(),
-            bandwidth_bytes_per_second: 0,
-            max_downtime_ms: 0,
-        })
+    let migrating = migrate(&mut source_client, &source, &relay_socket, 0)
         .await
-        .unwrap_or_else(|s| panic!("Migrate: {s}\n{}", source.log_text()))
-        .into_inner()
-        .domain
         .expect("domain");
     assert!(
         migration_of(&migrating).block,
@@ -292,15 +283,7 @@ async fn migrates_a_running_guest_with_its_disks() {
         .last()
         .cloned()
         .expect("counts");
-    target_client
-        .migrate(v1::MigrateRequest {
-            vmi: String::new(),
-            socket: onward.display().to_string(),
-            bandwidth_bytes_per_second: 0,
-            max_downtime_ms: 0,
-        })
-        .await
-        .unwrap_or_else(|s| panic!("second Migrate: {s}\n{}", target.log_text()));
+    migrate(&mut target_client, &target, &onward, 0).await;
     let ended = wait_migration_end(&mut target_client, Duration::from_secs(300)).await;
     assert_eq!(
         migration_of(&ended).status,
@@ -337,16 +320,8 @@ async fn killed_target_leaves_the_guest_running_on_the_source() {
             .join(contract::sockets::MIGRATION_TARGET_SOCKET),
     );
     let mut source_client = client(&source_dirs).await;
-    source_client
-        .migrate(v1::MigrateRequest {
-            vmi: String::new(),
-            socket: relay_socket.display().to_string(),
-            // Slow enough that the kill lands mid-stream.
-            bandwidth_bytes_per_second: 4 << 20,
-            max_downtime_ms: 0,
-        })
-        .await
-        .unwrap_or_else(|s| panic!("Migrate: {s}\n{}", source.log_text()));
+    // Slow enough that the kill lands mid-stream.
+    migrate(&mut source_client, &source, &relay_socket, 4 << 20).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let during = domain(&mut source_client).await;
     assert_eq!(
@@ -402,15 +377,7 @@ async fn target_failing_to_load_the_stream_fails_the_migration() {
             .sockets()
             .join(contract::sockets::MIGRATION_TARGET_SOCKET),
     );
-    source_client
-        .migrate(v1::MigrateRequest {
-            vmi: String::new(),
-            socket: relay_socket.display().to_string(),
-            bandwidth_bytes_per_second: 0,
-            max_downtime_ms: 0,
-        })
-        .await
-        .unwrap_or_else(|s| panic!("Migrate: {s}\n{}", source.log_text()));
+    migrate(&mut source_client, &source, &relay_socket, 0).await;
     let ended = wait_migration_end(&mut source_client, Duration::from_secs(300)).await;
     let info = migration_of(&ended);
     assert_eq!(

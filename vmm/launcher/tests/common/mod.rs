@@ -477,6 +477,34 @@ pub fn migration_of(domain: &v1::Domain) -> v1::MigrationInfo {
     domain.migration.clone().unwrap_or_default()
 }
 
+/// Asks the launcher behind `client` to migrate its VM to `socket`, at most
+/// `bandwidth_bytes_per_second` (0: no limit); `process`'s log is shown when it refuses.
+/// Returns the domain it answered with.
+pub async fn migrate(
+    client: &mut v1::launcher_client::LauncherClient<Channel>,
+    process: &LauncherProcess,
+    socket: &Path,
+    bandwidth_bytes_per_second: u64,
+) -> Option<v1::Domain> {
+    client
+        .migrate(v1::MigrateRequest {
+            vmi: String::new(),
+            socket: socket.display().to_string(),
+            bandwidth_bytes_per_second,
+            max_downtime_ms: 0,
+        })
+        .await
+        .unwrap_or_else(|s| {
+            panic!(
+                "Migrate to {}: {s}\n{}",
+                socket.display(),
+                process.log_text()
+            )
+        })
+        .into_inner()
+        .domain
+}
+
 /// Waits until the migration seen by `client` is no longer active.
 pub async fn wait_migration_end(
     client: &mut v1::launcher_client::LauncherClient<Channel>,
