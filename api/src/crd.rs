@@ -18,6 +18,8 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         VirtualMachineInstance::crd(),
         VirtualMachineInstanceMigration::crd(),
         VirtualMachineInstanceReplicaSet::crd(),
+        crate::pool::crd(),
+        <crate::MigrationPolicy as CustomResourceExt>::crd(),
     ];
     crds.extend(crate::siblings::crds());
     crds

@@ -1,6 +1,7 @@
 //! The `kubevirt.io/v1` API as Ferrovirt serves it: the Rust types of `VirtualMachine`,
 //! `VirtualMachineInstance`, `VirtualMachineInstanceMigration`,
-//! `VirtualMachineInstanceReplicaSet` and `KubeVirt`, their CRDs, and the pure defaulting and
+//! `VirtualMachineInstanceReplicaSet`, `KubeVirt`, `pool.kubevirt.io`'s `VirtualMachinePool` and
+//! `migrations.kubevirt.io`'s `MigrationPolicy`, their CRDs, and the pure defaulting and
 //! validation functions that virt-api's webhooks, the controllers and the launcher share; and
 //! the CRDs of KubeVirt's other kinds, served but not implemented ([`siblings`]).
 //!
@@ -21,8 +22,10 @@ pub mod kubevirt;
 #[rustfmt::skip]
 pub mod kubevirt_fields;
 pub mod migration;
+pub mod migration_policy;
 pub mod object;
 pub mod other;
+pub mod pool;
 pub mod quantity;
 pub mod replicaset;
 mod schema;
@@ -39,6 +42,8 @@ pub use migration::{
     VirtualMachineInstanceMigration, VirtualMachineInstanceMigrationSpec,
     VirtualMachineInstanceMigrationStatus,
 };
+pub use migration_policy::{MigrationPolicy, MigrationPolicySpec};
+pub use pool::{VirtualMachinePool, VirtualMachinePoolSpec, VirtualMachinePoolStatus};
 pub use replicaset::{
     VirtualMachineInstanceReplicaSet, VirtualMachineInstanceReplicaSetSpec,
     VirtualMachineInstanceReplicaSetStatus,

@@ -6,12 +6,16 @@ use serde_json::Value;
 use crate::defaults;
 use crate::validation::{self, FieldError, Path};
 use crate::{
-    KubeVirt, VirtualMachine, VirtualMachineInstance, VirtualMachineInstanceMigration,
-    VirtualMachineInstanceReplicaSet,
+    KubeVirt, MigrationPolicy, VirtualMachine, VirtualMachineInstance,
+    VirtualMachineInstanceMigration, VirtualMachineInstanceReplicaSet, VirtualMachinePool,
 };
 
 /// The API version Ferrovirt serves.
 pub const API_VERSION: &str = "kubevirt.io/v1";
+/// The API versions of `VirtualMachinePool` (v1beta1 stored, v1alpha1 the same schema).
+pub const POOL_API_VERSIONS: [&str; 2] = ["pool.kubevirt.io/v1beta1", "pool.kubevirt.io/v1alpha1"];
+/// The API version of `MigrationPolicy`.
+pub const MIGRATION_POLICY_API_VERSION: &str = "migrations.kubevirt.io/v1alpha1";
 
 /// One object of a kind Ferrovirt serves.
 #[derive(Clone, Debug, PartialEq)]
@@ -21,6 +25,8 @@ pub enum KubeVirtObject {
     VirtualMachineInstanceMigration(Box<VirtualMachineInstanceMigration>),
     VirtualMachineInstanceReplicaSet(Box<VirtualMachineInstanceReplicaSet>),
     KubeVirt(Box<KubeVirt>),
+    VirtualMachinePool(Box<VirtualMachinePool>),
+    MigrationPolicy(Box<MigrationPolicy>),
 }
 
 /// Why a JSON value is not an object Ferrovirt serves.
@@ -28,7 +34,7 @@ pub enum KubeVirtObject {
 pub enum ParseError {
     #[error("apiVersion and kind are required")]
     MissingTypeMeta,
-    #[error("{api_version} {kind} is not served by ferrovirt (it serves {API_VERSION} VirtualMachine, VirtualMachineInstance, VirtualMachineInstanceMigration, VirtualMachineInstanceReplicaSet and KubeVirt)")]
+    #[error("{api_version} {kind} is not served by ferrovirt (it serves {API_VERSION} VirtualMachine, VirtualMachineInstance, VirtualMachineInstanceMigration, VirtualMachineInstanceReplicaSet and KubeVirt, pool.kubevirt.io/v1beta1 VirtualMachinePool and migrations.kubevirt.io/v1alpha1 MigrationPolicy)")]
     KindNotServed { api_version: String, kind: String },
     #[error("malformed {kind}: {source}")]
     Malformed {
@@ -45,13 +51,23 @@ impl KubeVirtObject {
         let (Some(api_version), Some(kind)) = (field("apiVersion"), field("kind")) else {
             return Err(ParseError::MissingTypeMeta);
         };
-        if api_version != API_VERSION {
-            return Err(ParseError::KindNotServed { api_version, kind });
-        }
         let malformed = |source| ParseError::Malformed {
             kind: kind.clone(),
             source,
         };
+        if POOL_API_VERSIONS.contains(&api_version.as_str()) && kind == "VirtualMachinePool" {
+            return Ok(Self::VirtualMachinePool(
+                serde_json::from_value(value).map_err(malformed)?,
+            ));
+        }
+        if api_version == MIGRATION_POLICY_API_VERSION && kind == "MigrationPolicy" {
+            return Ok(Self::MigrationPolicy(
+                serde_json::from_value(value).map_err(malformed)?,
+            ));
+        }
+        if api_version != API_VERSION {
+            return Err(ParseError::KindNotServed { api_version, kind });
+        }
         let object = match kind.as_str() {
             "VirtualMachine" => {
                 Self::VirtualMachine(serde_json::from_value(value).map_err(malformed)?)
@@ -79,6 +95,8 @@ impl KubeVirtObject {
             Self::VirtualMachineInstanceMigration(o) => serde_json::to_value(o),
             Self::VirtualMachineInstanceReplicaSet(o) => serde_json::to_value(o),
             Self::KubeVirt(o) => serde_json::to_value(o),
+            Self::VirtualMachinePool(o) => serde_json::to_value(o),
+            Self::MigrationPolicy(o) => serde_json::to_value(o),
         }
     }
 
@@ -90,6 +108,9 @@ impl KubeVirtObject {
             Self::VirtualMachineInstanceMigration(o) => defaults::default_migration(o),
             Self::VirtualMachineInstanceReplicaSet(o) => defaults::default_replica_set(o),
             Self::KubeVirt(o) => defaults::default_kubevirt(o),
+            // KubeVirt has no defaults for a pool (its VMs get the VM defaults when created) or a
+            // migration policy.
+            Self::VirtualMachinePool(_) | Self::MigrationPolicy(_) => {}
         }
     }
 
@@ -101,6 +122,8 @@ impl KubeVirtObject {
             Self::VirtualMachineInstanceMigration(o) => validation::validate_migration(o),
             Self::VirtualMachineInstanceReplicaSet(o) => validation::validate_replica_set(o),
             Self::KubeVirt(o) => validation::validate_kubevirt(o),
+            Self::VirtualMachinePool(o) => validation::validate_pool(o),
+            Self::MigrationPolicy(o) => validation::validate_migration_policy(o),
         }
     }
 }

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::NodeSelectorRequirement;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 
 /// Whether `labels` satisfy one requirement; `None` for an operator that is not one of
@@ -19,6 +20,33 @@ pub fn requirement_matches(
         "Exists" => label.is_some(),
         "DoesNotExist" => label.is_none(),
         _ => return None,
+    })
+}
+
+/// Whether `labels` satisfy one node selector requirement (`In`, `NotIn`, `Exists`,
+/// `DoesNotExist`, and `Gt`, `Lt` comparing integers); `None` for another operator.
+pub fn node_requirement_matches(
+    requirement: &NodeSelectorRequirement,
+    labels: &BTreeMap<String, String>,
+) -> Option<bool> {
+    let values = requirement.values.as_deref().unwrap_or_default();
+    let label = labels.get(&requirement.key);
+    let compare = |greater: bool| {
+        let bound = values.first().and_then(|v| v.parse::<i64>().ok());
+        let value = label.and_then(|l| l.parse::<i64>().ok());
+        matches!((value, bound), (Some(v), Some(b)) if if greater { v > b } else { v < b })
+    };
+    Some(match requirement.operator.as_str() {
+        "Gt" => compare(true),
+        "Lt" => compare(false),
+        operator => {
+            let as_label = LabelSelectorRequirement {
+                key: requirement.key.clone(),
+                operator: operator.to_string(),
+                values: requirement.values.clone(),
+            };
+            return requirement_matches(&as_label, labels);
+        }
     })
 }
 

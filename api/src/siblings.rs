@@ -228,7 +228,6 @@ const INSTANCETYPE: &str = "instancetype.kubevirt.io";
 const SNAPSHOT: &str = "snapshot.kubevirt.io";
 const BACKUP: &str = "backup.kubevirt.io";
 
-const AGE: Column = column("Age", "date", ".metadata.creationTimestamp");
 const PHASE: Column = column("Phase", "string", ".status.phase");
 const SOURCE_KIND: Column = column("SourceKind", "string", ".spec.source.kind");
 const SOURCE_NAME: Column = column("SourceName", "string", ".spec.source.name");
@@ -335,43 +334,6 @@ pub const ALL: &[Sibling] = &[
         categories: &[],
         versions: V1BETA1,
         columns: &[],
-        condition: NOT_READY,
-    },
-    Sibling {
-        group: "pool.kubevirt.io",
-        kind: "VirtualMachinePool",
-        plural: "virtualmachinepools",
-        singular: "virtualmachinepool",
-        scope: Scope::Namespaced,
-        short_names: &["vmpool", "vmpools"],
-        categories: ALL_CATEGORY,
-        // KubeVirt's pool also has the scale subresource; without a controller behind it there
-        // is nothing to scale.
-        versions: V1ALPHA1_V1BETA1,
-        columns: &[
-            column("Desired", "integer", ".spec.replicas"),
-            column("Current", "integer", ".status.replicas"),
-            column("Ready", "integer", ".status.readyReplicas"),
-            AGE,
-        ],
-        // KubeVirt's pool conditions are ReplicaFailure and ReplicaPaused, no Ready: a pool
-        // whose replicas are never created is closest to ReplicaFailure.
-        condition: UnsupportedCondition {
-            type_: "ReplicaFailure",
-            status: "True",
-        },
-    },
-    Sibling {
-        group: "migrations.kubevirt.io",
-        kind: "MigrationPolicy",
-        plural: "migrationpolicies",
-        singular: "migrationpolicy",
-        scope: Scope::Cluster,
-        short_names: &[],
-        categories: &[],
-        versions: V1ALPHA1,
-        columns: &[],
-        // KubeVirt's MigrationPolicyStatus is empty.
         condition: NOT_READY,
     },
     Sibling {

@@ -52,20 +52,6 @@ const KUBEVIRT: &[(&str, &str, &str, &[&str], &[&str])] = &[
         ],
     ),
     (
-        "virtualmachinepools.pool.kubevirt.io",
-        "VirtualMachinePool",
-        "Namespaced",
-        &["v1alpha1", "v1beta1*"],
-        &["vmpool", "vmpools"],
-    ),
-    (
-        "migrationpolicies.migrations.kubevirt.io",
-        "MigrationPolicy",
-        "Cluster",
-        &["v1alpha1*"],
-        &[],
-    ),
-    (
         "virtualmachinepreferences.instancetype.kubevirt.io",
         "VirtualMachinePreference",
         "Namespaced",

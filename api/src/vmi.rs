@@ -272,6 +272,13 @@ pub struct MigrationState {
     /// `PreCopy` (the only mode Ferrovirt has).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
+    /// The MigrationPolicy that applies to this migration, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration_policy_name: Option<String>,
+    /// The settings in force for this migration: the KubeVirt CR's, with the policy's over
+    /// them; virt-handler runs the migration by these.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration_configuration: Option<crate::kubevirt::MigrationConfiguration>,
     #[serde(flatten)]
     pub other: Other,
 }

@@ -18,7 +18,7 @@ const TABLE: &[(&str, Outcome)] = &[
         Outcome::Refused(&["spec.instancetype"]),
     ),
     ("vm-cirros.yaml", Outcome::Accepted),
-    ("vm-pool-cirros.yaml", Outcome::NotServed),
+    ("vm-pool-cirros.yaml", Outcome::Accepted),
     ("vmi-ephemeral.yaml", Outcome::Accepted),
     ("vmi-fedora.yaml", Outcome::Accepted),
     ("vmi-kernel-boot.yaml", Outcome::Accepted),

@@ -15,6 +15,11 @@ use serde_json::Value;
 use api::domain::*;
 use api::kubevirt::*;
 use api::migration::*;
+use api::pool::{
+    self, Empty, NameGeneration, OpportunisticScaleIn, ProactiveScaleIn, ProactiveUpdate,
+    ScaleInStrategy, SelectionPolicy, Selectors, UpdateStrategy, VirtualMachinePoolSpec,
+    VirtualMachinePoolStatus,
+};
 use api::replicaset::*;
 use api::vm::*;
 use api::vmi::*;
@@ -107,6 +112,56 @@ fn modelled() -> Vec<(&'static str, Schema)> {
             s::<VirtualMachineInstanceReplicaSetStatus>(),
         ),
         ("v1.KubeVirtSpec", s::<KubeVirtSpec>()),
+        (
+            "v1beta1.VirtualMachinePoolSpec",
+            s::<VirtualMachinePoolSpec>(),
+        ),
+        (
+            "v1beta1.VirtualMachinePoolStatus",
+            s::<VirtualMachinePoolStatus>(),
+        ),
+        (
+            "v1beta1.VirtualMachineTemplateSpec",
+            s::<pool::VirtualMachineTemplateSpec>(),
+        ),
+        (
+            "v1beta1.VirtualMachinePoolNameGeneration",
+            s::<NameGeneration>(),
+        ),
+        (
+            "v1beta1.VirtualMachinePoolScaleInStrategy",
+            s::<ScaleInStrategy>(),
+        ),
+        (
+            "v1beta1.VirtualMachinePoolOpportunisticScaleInStrategy",
+            s::<OpportunisticScaleIn>(),
+        ),
+        (
+            "v1beta1.VirtualMachinePoolProactiveScaleInStrategy",
+            s::<ProactiveScaleIn>(),
+        ),
+        (
+            "v1beta1.VirtualMachinePoolSelectionPolicy",
+            s::<SelectionPolicy>(),
+        ),
+        ("v1beta1.VirtualMachinePoolSelectors", s::<Selectors>()),
+        (
+            "v1beta1.VirtualMachinePoolUpdateStrategy",
+            s::<UpdateStrategy>(),
+        ),
+        (
+            "v1beta1.VirtualMachinePoolProactiveUpdateStrategy",
+            s::<ProactiveUpdate>(),
+        ),
+        ("v1beta1.VirtualMachinePoolUnmanagedStrategy", s::<Empty>()),
+        (
+            "v1alpha1.MigrationPolicySpec",
+            s::<api::migration_policy::MigrationPolicySpec>(),
+        ),
+        (
+            "v1alpha1.Selectors",
+            s::<api::migration_policy::Selectors>(),
+        ),
         ("v1.KubeVirtConfiguration", s::<KubeVirtConfiguration>()),
         ("v1.DeveloperConfiguration", s::<DeveloperConfiguration>()),
         ("v1.MigrationConfiguration", s::<MigrationConfiguration>()),

@@ -14,7 +14,7 @@ const TABLE: &[(&str, Outcome)] = &[
         "vm-instancetype.yaml",
         Outcome::Refused(&["spec.instancetype"]),
     ),
-    ("vm-pool.yaml", Outcome::NotServed),
+    ("vm-pool.yaml", Outcome::Accepted),
     ("vmi-demo.yaml", Outcome::Accepted),
     ("vmi-kernel-boot.yaml", Outcome::Accepted),
     (

@@ -13,8 +13,8 @@
 //!   `reason`, so `kubectl apply` shows the field paths.
 
 use api::object::KubeVirtObject;
-use api::validation::{validate_vmi_update, FieldError};
-use api::VirtualMachineInstance;
+use api::validation::{validate_pool_update, validate_vmi_update, FieldError};
+use api::{VirtualMachineInstance, VirtualMachinePool};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::{DynamicObject, Status};
 use serde_json::Value;
@@ -32,7 +32,36 @@ pub const RESOURCES: &[(&str, &str)] = &[
         "VirtualMachineInstanceReplicaSet",
     ),
     ("kubevirts", "KubeVirt"),
+    ("virtualmachinepools", "VirtualMachinePool"),
+    ("migrationpolicies", "MigrationPolicy"),
 ];
+
+/// The API group, versions and validating webhook name of a resource of [`RESOURCES`], and
+/// whether it has a mutating webhook: the pool (`pool.kubevirt.io`) and the migration policy
+/// (`migrations.kubevirt.io`) have only a validating one, with KubeVirt's name, which KubeVirt's
+/// clients see in a denial.
+pub fn webhook_target(plural: &str) -> (&'static str, &'static [&'static str], String, bool) {
+    match plural {
+        "virtualmachinepools" => (
+            "pool.kubevirt.io",
+            &["v1alpha1", "v1beta1"],
+            "virtualmachinepool-validator.kubevirt.io".to_string(),
+            false,
+        ),
+        "migrationpolicies" => (
+            "migrations.kubevirt.io",
+            &["v1alpha1"],
+            "migration-policy-validator.kubevirt.io".to_string(),
+            false,
+        ),
+        _ => (
+            "kubevirt.io",
+            &["v1"],
+            format!("{plural}-validator.kubevirt.io"),
+            true,
+        ),
+    }
+}
 
 /// Who may change more of a VMI spec than nobody may: virt-api itself, which sets
 /// `spec.terminationGracePeriodSeconds` when `stop` overrides the grace period (as KubeVirt does).
@@ -185,6 +214,16 @@ pub fn validate(
         if let KubeVirtObject::VirtualMachineInstance(new) = &object {
             return validate_vmi_change(response, request, new, config);
         }
+        if let KubeVirtObject::VirtualMachinePool(new) = &object {
+            let old = match old_object::<VirtualMachinePool>(request) {
+                Ok(old) => old,
+                Err(message) => return deny(response, &message, &[]),
+            };
+            return match validate_pool_update(&old, new) {
+                Ok(()) => response,
+                Err(errors) => deny(response, "", &errors),
+            };
+        }
     }
     match object.validate() {
         Ok(()) => response,
@@ -198,18 +237,7 @@ fn validate_vmi_change(
     new: &VirtualMachineInstance,
     config: &AdmissionConfig,
 ) -> AdmissionResponse {
-    let old = match request
-        .old_object
-        .as_ref()
-        .map(serde_json::to_value)
-        .transpose()
-        .map_err(|e| e.to_string())
-        .and_then(|v| {
-            v.ok_or_else(|| "an UPDATE without oldObject".to_string())
-                .and_then(|v| {
-                    serde_json::from_value::<VirtualMachineInstance>(v).map_err(|e| e.to_string())
-                })
-        }) {
+    let old = match old_object::<VirtualMachineInstance>(request) {
         Ok(old) => old,
         Err(message) => return deny(response, &message, &[]),
     };
@@ -226,6 +254,19 @@ fn validate_vmi_change(
         Ok(()) => response,
         Err(errors) => deny(response, "", &errors),
     }
+}
+
+/// The object an UPDATE replaces, as `T`.
+fn old_object<T: serde::de::DeserializeOwned>(
+    request: &AdmissionRequest<DynamicObject>,
+) -> Result<T, String> {
+    let old = request
+        .old_object
+        .as_ref()
+        .ok_or_else(|| "an UPDATE without oldObject".to_string())?;
+    serde_json::to_value(old)
+        .and_then(serde_json::from_value)
+        .map_err(|e| e.to_string())
 }
 
 /// A denial in KubeVirt's shape: 422 Invalid, the message listing each `field: message`, and

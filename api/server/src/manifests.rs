@@ -14,7 +14,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use serde_json::{json, Value};
 
-use crate::admission::RESOURCES;
+use crate::admission::{webhook_target, RESOURCES};
 use crate::routes::{GROUP, VERSION};
 
 /// Name of virt-api's ServiceAccount, Deployment, Service and ClusterRole.
@@ -205,22 +205,31 @@ fn client_config(c: &InstallConfig, path: &str) -> Value {
 fn webhooks(c: &InstallConfig, prefix: &str, role: &str) -> Value {
     let hooks: Vec<Value> = RESOURCES
         .iter()
-        .map(|(plural, _)| {
+        .filter_map(|(plural, _)| {
+            let (group, versions, validator, mutates) = webhook_target(plural);
+            if prefix == "mutate" && !mutates {
+                return None;
+            }
             let operations = if prefix == "mutate" && *plural == "virtualmachineinstances" {
                 json!(["CREATE"])
             } else {
                 json!(["CREATE", "UPDATE"])
             };
-            json!({
-                "name": format!("{plural}-{role}.kubevirt.io"),
+            let name = if prefix == "validate" {
+                validator
+            } else {
+                format!("{plural}-{role}.kubevirt.io")
+            };
+            Some(json!({
+                "name": name,
                 "admissionReviewVersions": ["v1"],
                 "sideEffects": "None",
                 "failurePolicy": "Fail",
                 "timeoutSeconds": 10,
                 "clientConfig": client_config(c, &format!("/{prefix}-{plural}")),
-                "rules": [{"apiGroups": ["kubevirt.io"], "apiVersions": ["v1"],
+                "rules": [{"apiGroups": [group], "apiVersions": versions,
                            "operations": operations, "resources": [plural]}],
-            })
+            }))
         })
         .collect();
     json!(hooks)
@@ -280,7 +289,11 @@ mod tests {
         let c = config(WebhookTarget::Service);
         let m = mutating_webhook_configuration(&c);
         let v = validating_webhook_configuration(&c);
-        assert_eq!(m.webhooks.as_ref().unwrap().len(), RESOURCES.len());
+        let mutating = RESOURCES
+            .iter()
+            .filter(|(plural, _)| webhook_target(plural).3)
+            .count();
+        assert_eq!(m.webhooks.as_ref().unwrap().len(), mutating);
         let vw = v.webhooks.unwrap();
         assert_eq!(vw.len(), RESOURCES.len());
         let vm = &vw[0];

@@ -1,7 +1,8 @@
 //! Validation of the `KubeVirt` CR.
 
 use crate::kubevirt::{CertConfig, CertificateRotateStrategy, KubeVirt, MigrationConfiguration};
-use crate::other::reject_other_settings;
+use crate::migration_policy::MigrationPolicy;
+use crate::other::{reject_other, reject_other_settings};
 
 use super::{into_result, FieldError, Path};
 
@@ -146,6 +147,36 @@ fn validate_migrations(m: &MigrationConfiguration, at: &Path, errors: &mut Vec<F
             errors.push(FieldError::forbidden(at.child(field), why));
         }
     }
+}
+
+/// Validates a MigrationPolicy: the settings it overrides follow the rules of the same
+/// fields of the KubeVirt CR's `spec.configuration.migrations`, at `spec.<field>`.
+pub fn validate_migration_policy(policy: &MigrationPolicy) -> Result<(), Vec<FieldError>> {
+    let mut errors = Vec::new();
+    let spec = Path::root("spec");
+    let p = &policy.spec;
+    reject_other(&p.other, "v1alpha1.MigrationPolicySpec", &spec, &mut errors);
+    if let Some(selectors) = &p.selectors {
+        reject_other(
+            &selectors.other,
+            "v1alpha1.Selectors",
+            &spec.child("selectors"),
+            &mut errors,
+        );
+    }
+    // Only what the policy itself says (not what `apply` derives from it), so that each error
+    // is at a field the user wrote.
+    let as_settings = MigrationConfiguration {
+        bandwidth_per_migration: p.bandwidth_per_migration.clone(),
+        completion_timeout_per_gib: p.completion_timeout_per_gib,
+        max_downtime_ms: p.max_downtime_ms,
+        allow_post_copy: p.allow_post_copy,
+        allow_auto_converge: p.allow_auto_converge,
+        allow_workload_disruption: p.allow_workload_disruption,
+        ..MigrationConfiguration::default()
+    };
+    validate_migrations(&as_settings, &spec, &mut errors);
+    into_result(errors)
 }
 
 /// `spec.certificateRotateStrategy`: durations that parse, a renewal inside the lifetime.

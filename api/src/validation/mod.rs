@@ -8,14 +8,16 @@
 mod kubevirt;
 mod migration;
 mod network;
+mod pool;
 mod replicaset;
 mod vm;
 mod vmi;
 
 use std::fmt;
 
-pub use kubevirt::validate_kubevirt;
+pub use kubevirt::{validate_kubevirt, validate_migration_policy};
 pub use migration::validate_migration;
+pub use pool::{validate_pool, validate_pool_update, SORT_POLICIES};
 pub use replicaset::validate_replica_set;
 pub use vm::validate_vm;
 pub use vmi::{validate_vmi, validate_vmi_spec, validate_vmi_update};
