@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod migration;
 pub mod node;
 pub mod pod;
+pub mod pool;
 pub mod replicaset;
 pub mod run;
 pub mod unsupported;

@@ -15,7 +15,7 @@ use crate::config::ClusterConfig;
 use crate::context::Context;
 use crate::{vm, vmi, Error};
 
-/// Runs the VM, VMI, migration and replica set controllers, and the one that marks the kinds Ferrovirt does
+/// Runs the VM, VMI, migration, replica set and pool controllers, and the one that marks the kinds Ferrovirt does
 /// not implement, until a shutdown signal.
 pub async fn run_controllers(client: Client, base: ClusterConfig) {
     let (kubevirts, writer) = reflector::store::<KubeVirt>();
@@ -99,12 +99,34 @@ pub async fn run_controllers(client: Client, base: ClusterConfig) {
         }
         futures::future::ready(())
     });
+    let pool_controller = Controller::new(
+        Api::<api::VirtualMachinePool>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .owns(
+        Api::<VirtualMachine>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .watches(
+        Api::<VirtualMachineInstance>::all(client.clone()),
+        watcher::Config::default().labels(api::pool::REVISION_LABEL),
+        |vmi| crate::pool::reconcile::pool_of_vmi(&vmi),
+    )
+    .shutdown_on_signal()
+    .run(crate::pool::reconcile::reconcile, error_policy, ctx.clone())
+    .for_each(|result| {
+        if let Err(e) = result {
+            log::debug!("pool reconcile: {e}");
+        }
+        futures::future::ready(())
+    });
     let unsupported = crate::unsupported::run(ctx.clone());
     futures::join!(
         vmi_controller,
         vm_controller,
         migration_controller,
         replica_set_controller,
+        pool_controller,
         unsupported
     );
 }

@@ -1,6 +1,7 @@
 //! Unit tests of the pure planning functions, without a cluster.
 
 mod pod;
+mod pool_plan;
 mod replicaset_plan;
 mod vm_plan;
 mod vmi_plan;

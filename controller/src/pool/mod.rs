@@ -1,0 +1,3 @@
+//! The VirtualMachinePool controller (`pool.kubevirt.io`).
+pub mod plan;
+pub mod reconcile;
