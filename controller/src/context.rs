@@ -42,6 +42,14 @@ impl Context {
         cfg
     }
 
+    /// The KubeVirt CR's `spec.configuration.migrations`, as of now (KubeVirt's defaults
+    /// without a CR).
+    pub fn migration_config(&self) -> api::kubevirt::MigrationConfiguration {
+        api::kubevirt::MigrationConfiguration::of(
+            self.kubevirts.state().first().map(|kv| kv.as_ref()),
+        )
+    }
+
     /// Records an event on `object`; a failure to record is logged, never fatal.
     pub async fn event<K: Resource<DynamicType = ()>>(
         &self,

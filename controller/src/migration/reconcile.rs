@@ -306,12 +306,15 @@ pub async fn reconcile(
                 p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(source_node.as_str())
             })
             .and_then(|p| p.metadata.name);
+        let (policy, settings) = settings_for(&ctx, &vmi).await?;
         let state = MigrationState {
             migration_uid: Some(uid.clone()),
             source_node: Some(source_node.clone()),
             source_pod,
             target_pod: created.metadata.name.clone(),
             start_timestamp: Some(now()),
+            migration_policy_name: policy,
+            migration_configuration: Some(settings),
             ..MigrationState::default()
         };
         let method = if vmi
@@ -338,6 +341,7 @@ pub async fn reconcile(
                 "failureReason",
                 "abortRequested",
                 "mode",
+                "migrationPolicyName",
             ] {
                 map.entry(stale).or_insert(serde_json::Value::Null);
             }
@@ -669,6 +673,41 @@ async fn remove_target_label(
         .await?;
     }
     Ok(())
+}
+
+/// The MigrationPolicy that applies to `vmi` (by its labels and its namespace's) and the
+/// settings in force for its migration: the KubeVirt CR's, with the policy's over them.
+async fn settings_for(
+    ctx: &Context,
+    vmi: &VirtualMachineInstance,
+) -> Result<(Option<String>, api::kubevirt::MigrationConfiguration), Error> {
+    let base = ctx.migration_config();
+    let policies = Api::<api::MigrationPolicy>::all(ctx.client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
+    if policies.is_empty() {
+        return Ok((None, base));
+    }
+    let namespace_labels = match vmi.namespace() {
+        Some(ns) => Api::<k8s_openapi::api::core::v1::Namespace>::all(ctx.client.clone())
+            .get(&ns)
+            .await?
+            .metadata
+            .labels
+            .unwrap_or_default(),
+        None => Default::default(),
+    };
+    let vmi_labels = vmi.metadata.labels.clone().unwrap_or_default();
+    Ok(
+        match api::migration_policy::match_policy(&policies, &vmi_labels, &namespace_labels) {
+            Some(policy) => (
+                policy.metadata.name.clone(),
+                api::migration_policy::apply(&base, &policy.spec),
+            ),
+            None => (None, base),
+        },
+    )
 }
 
 #[cfg(test)]

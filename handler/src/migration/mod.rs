@@ -11,7 +11,9 @@
 //! 2. Source node (`sourceNode` is this node and `targetNodeAddress` is set): listen on
 //!    `migration-source-sock` in the source launcher's socket directory, relay what arrives
 //!    there to the target over TLS ([`proxy::relay_source`]), call the launcher's `Migrate`
-//!    with that socket and the CR's `bandwidthPerMigration` and `maxDowntimeMs`, and set
+//!    with that socket and the `bandwidthPerMigration` and `maxDowntimeMs` of the settings
+//!    virt-controller wrote into `migrationState.migrationConfiguration` (the KubeVirt CR's,
+//!    with the MigrationPolicy's over them), and set
 //!    `mode: PreCopy`. Then follow the launcher's migration status, cancelling it when
 //!    [`watchdog`] says it is stuck or too slow, and report the end: `completed` or `failed`
 //!    (with `failureReason`) and `endTimestamp`, with an event that gives the total time and

@@ -69,15 +69,27 @@ impl MigrationContext {
         })
     }
 
-    /// The KubeVirt CR's `spec.configuration.migrations`, as of now.
-    fn migration_config(&self) -> MigrationConfiguration {
-        MigrationConfiguration::of(self.kubevirts.state().first().map(|kv| kv.as_ref()))
+    /// The settings of `vmi`'s migration: those virt-controller wrote into its
+    /// `migrationState` when the migration started (the KubeVirt CR's, with the
+    /// MigrationPolicy's over them), else the CR's `spec.configuration.migrations` as of now.
+    fn migration_config(&self, vmi: &VirtualMachineInstance) -> MigrationConfiguration {
+        vmi.status
+            .as_ref()
+            .and_then(|s| s.migration_state.as_ref())
+            .and_then(|m| m.migration_configuration.clone())
+            .unwrap_or_else(|| {
+                MigrationConfiguration::of(self.kubevirts.state().first().map(|kv| kv.as_ref()))
+            })
     }
 
     /// A watchdog with the configured timeouts for an outgoing migration of `vmi`.
     fn watchdog(&self, vmi: &VirtualMachineInstance) -> Watchdog {
         let memory = crate::metrics::guest_memory_bytes(vmi).unwrap_or(0);
-        Watchdog::new(&self.migration_config(), memory, std::time::Instant::now())
+        Watchdog::new(
+            &self.migration_config(vmi),
+            memory,
+            std::time::Instant::now(),
+        )
     }
 
     fn running(&self, key: &str) -> bool {
@@ -382,7 +394,7 @@ async fn start_source(
         .map_err(|e| format!("cannot listen on {}: {e}", relay_path.display()))?;
     let relay = tokio::spawn(proxy::relay_source(listener, Arc::new(tls), target));
     let mut client = launcher_client(&dir.join(LAUNCHER_SOCKET)).map_err(|e| e.to_string())?;
-    let config = ctx.migration_config();
+    let config = ctx.migration_config(vmi);
     let request = MigrateRequest {
         vmi: uid.clone(),
         socket: in_launcher_socket_dir(MIGRATION_SOURCE_SOCKET),
