@@ -98,8 +98,9 @@ fn cluster_role_binding(cfg: &InstallConfig, name: &str) -> Value {
 }
 
 /// virt-controller: VMs and VMIs (with status and finalizers), launcher Pods, nodes (heartbeat
-/// check), events, the KubeVirt CR (read), the kinds it marks not supported (read, and their
-/// status), and its leader Lease in its own namespace.
+/// check), events, the KubeVirt CR (read), pools and their ControllerRevisions, migration
+/// policies and namespaces (read, to pick a migration's policy), the kinds it marks not
+/// supported (read, and their status), and its leader Lease in its own namespace.
 fn controller_rbac(cfg: &InstallConfig) -> Vec<Value> {
     let name = "virt-controller";
     let mut unsupported: Vec<(&str, Vec<&str>)> = Vec::new();
@@ -140,6 +141,15 @@ fn controller_rbac(cfg: &InstallConfig) -> Vec<Value> {
                  "verbs": ["get", "update", "patch"]},
                 {"apiGroups": ["kubevirt.io"], "resources": ["virtualmachineinstancemigrations"],
                  "verbs": ["get", "list", "watch", "update", "patch"]},
+                {"apiGroups": ["pool.kubevirt.io"], "resources": ["virtualmachinepools"],
+                 "verbs": ["get", "list", "watch", "update", "patch"]},
+                {"apiGroups": ["pool.kubevirt.io"], "resources": ["virtualmachinepools/status", "virtualmachinepools/finalizers"],
+                 "verbs": ["get", "update", "patch"]},
+                {"apiGroups": ["apps"], "resources": ["controllerrevisions"],
+                 "verbs": ["get", "list", "watch", "create", "delete"]},
+                {"apiGroups": ["migrations.kubevirt.io"], "resources": ["migrationpolicies"],
+                 "verbs": ["get", "list", "watch"]},
+                {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
                 {"apiGroups": ["kubevirt.io"],
                  "resources": ["virtualmachineinstancemigrations/status", "virtualmachineinstancemigrations/finalizers"],
                  "verbs": ["get", "update", "patch"]},
