@@ -11,7 +11,9 @@
 //! - A VMI with a ReadWriteOnce PVC is refused: the migration fails with the reason, and the
 //!   VMI's LiveMigratable condition says it.
 //! - The KubeVirt CR's `bandwidthPerMigration` and `completionTimeoutPerGiB` reach the source:
-//!   a migration held to 256 KiB/s is cancelled at its completion timeout.
+//!   a migration held to 256 KiB/s is cancelled at its completion timeout. So do a
+//!   MigrationPolicy's, picked by the namespace's label and named in `migrationState`; a policy
+//!   asking for post-copy is refused by KubeVirt's webhook.
 //!
 //! Tests that disturb the whole cluster or a node (the KubeVirt CR's migration settings, a
 //! restarted virt-handler, whose device plugins then refuse Pods for a moment) hold the cluster
@@ -26,9 +28,9 @@ use api::vmi::MigrationState;
 use api::{VirtualMachine, VirtualMachineInstance, VmiPhase};
 use ferrovirt_tests::counter::{console_counts, Count};
 use ferrovirt_tests::{
-    client, counter, launcher_pids, migration_of, migration_phase as phase, patch_kubevirt_cr,
-    restart_handler, two_schedulable_nodes, virtctl, wait_for, wait_running, ClusterChange,
-    ClusterLock, TestNamespace,
+    client, counter, kubectl, launcher_pids, migration_of, migration_phase as phase,
+    patch_kubevirt_cr, restart_handler, two_schedulable_nodes, virtctl, wait_for, wait_running,
+    ClusterChange, ClusterLock, TestNamespace,
 };
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -626,6 +628,105 @@ async fn the_crs_bandwidth_and_completion_timeout_cancel_a_slow_migration() {
         target_pod: String::new(),
     };
     let state = failed_and_still_counting_on_the_source(&client, ns, "vm-slow", &under).await;
+    let reason = state.failure_reason.unwrap_or_default();
+    assert!(
+        reason.contains("not completed after") && reason.contains("completionTimeoutPerGiB 5 s"),
+        "{reason}"
+    );
+    println!("{reason}");
+}
+
+/// Deletes a cluster-scoped MigrationPolicy when the test ends, also when it fails.
+struct PolicyGuard(&'static str);
+
+impl Drop for PolicyGuard {
+    fn drop(&mut self) {
+        let out = kubectl(
+            "default",
+            &["delete", "migrationpolicy", self.0, "--ignore-not-found"],
+        );
+        if out.code != Some(0) {
+            eprintln!("could not delete MigrationPolicy {}: {out:?}", self.0);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_policy_picked_by_namespace_label_limits_the_migration() {
+    let _shared = ClusterLock::shared().await;
+    let client = client().await;
+    two_schedulable_nodes(&client).await;
+    let namespace = TestNamespace::create(&client, "e2e-migpolicy").await;
+    let ns = namespace.name.as_str();
+    let policies: Api<api::MigrationPolicy> = Api::all(client.clone());
+
+    // KubeVirt's webhook refuses what Ferrovirt cannot honour, by path.
+    let post_copy: api::MigrationPolicy = serde_json::from_value(serde_json::json!({
+        "apiVersion": "migrations.kubevirt.io/v1alpha1",
+        "kind": "MigrationPolicy",
+        "metadata": {"name": "e2e-post-copy"},
+        "spec": {"allowPostCopy": true, "selectors": {"namespaceSelector": {"x": "y"}}}
+    }))
+    .expect("a policy");
+    let _refused_guard = PolicyGuard("e2e-post-copy");
+    let refused = policies
+        .create(&PostParams::default(), &post_copy)
+        .await
+        .expect_err("allowPostCopy is refused");
+    let text = refused.to_string();
+    assert!(
+        text.contains("migration-policy-validator.kubevirt.io")
+            && text.contains("spec.allowPostCopy"),
+        "{text}"
+    );
+
+    // A policy for this namespace only: 256 KiB/s cannot move the guest within 5 s per GiB.
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    namespaces
+        .patch(
+            ns,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({
+                "metadata": {"labels": {"ferrovirt.io/e2e-policy": ns}}
+            })),
+        )
+        .await
+        .expect("namespace labelled");
+    let _guard = PolicyGuard("e2e-slow-policy");
+    let slow: api::MigrationPolicy = serde_json::from_value(serde_json::json!({
+        "apiVersion": "migrations.kubevirt.io/v1alpha1",
+        "kind": "MigrationPolicy",
+        "metadata": {"name": "e2e-slow-policy"},
+        "spec": {
+            "bandwidthPerMigration": "256Ki",
+            "completionTimeoutPerGiB": 5,
+            "selectors": {"namespaceSelector": {"ferrovirt.io/e2e-policy": ns}}
+        }
+    }))
+    .expect("a policy");
+    policies
+        .create(&PostParams::default(), &slow)
+        .await
+        .expect("policy created");
+    let (vmi, source_node, _) = running_vm(&client, ns, "vm-policy", "1Gi").await;
+    let out = virtctl(ns, &["migrate", "vm-policy"]);
+    assert_eq!(out.code, Some(0), "virtctl migrate: {out:?}");
+    let under = UnderWay {
+        uid: vmi.uid().expect("uid"),
+        source_node,
+        migration: migration_of(&client, ns, "vm-policy").await.name_any(),
+        target_pod: String::new(),
+    };
+    let state = failed_and_still_counting_on_the_source(&client, ns, "vm-policy", &under).await;
+    assert_eq!(
+        state.migration_policy_name.as_deref(),
+        Some("e2e-slow-policy")
+    );
+    let settings = state
+        .migration_configuration
+        .clone()
+        .expect("migrationConfiguration");
+    assert_eq!(settings.bandwidth_bytes_per_second(), 256 * 1024);
     let reason = state.failure_reason.unwrap_or_default();
     assert!(
         reason.contains("not completed after") && reason.contains("completionTimeoutPerGiB 5 s"),

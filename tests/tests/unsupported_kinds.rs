@@ -1,4 +1,4 @@
-//! KubeVirt's other API groups on the local cluster (snapshots, exports, clones, pools,
+//! KubeVirt's other API groups on the local cluster (snapshots, exports, clones,
 //! instance types, ...): every kind is served at each of KubeVirt's versions (listing and
 //! deleting them never gives a 404, as KubeVirt's functional tests need after each spec), and
 //! virt-controller marks each object with the kind's NotSupported condition once, with one
