@@ -160,7 +160,7 @@ async fn a_pool_names_scales_replaces_updates_and_deletes_its_vms() {
     wait_vms(&pools, &vms, &names(&[0, 1])).await;
 
     // 4. A change of the VMI template: the VMs are rewritten and their VMIs restarted with it.
-    pools
+    let patched = pools
         .patch(
             NAME,
             &PatchParams::default(),
@@ -175,6 +175,8 @@ async fn a_pool_names_scales_replaces_updates_and_deletes_its_vms() {
         )
         .await
         .expect("pool patched");
+    // Each spec change (the scales too) is a new generation, and so a new revision.
+    let revision = format!("{NAME}-{}", patched.metadata.generation.expect("a generation"));
     wait_for("every VMI to carry the new label", TIMEOUT, || async {
         let list = vmis
             .list(&ListParams::default().labels("newlabel=newvalue"))
@@ -185,7 +187,7 @@ async fn a_pool_names_scales_replaces_updates_and_deletes_its_vms() {
             .iter()
             .filter(|v| {
                 v.status.as_ref().and_then(|s| s.phase) == Some(api::VmiPhase::Running)
-                    && v.labels().get(REVISION_LABEL) == Some(&format!("{NAME}-2"))
+                    && v.labels().get(REVISION_LABEL) == Some(&revision)
             })
             .map(|v| v.name_any())
             .collect();

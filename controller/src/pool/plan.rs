@@ -229,9 +229,16 @@ pub fn plan(pool: &VirtualMachinePool, world: &World, seed: u64) -> Result<Plan,
     let mut plan = Plan::default();
     let vms = controlled(pool, world.vms);
     if pool.metadata.deletion_timestamp.is_some() {
-        plan.release_vms = vms
+        // By the selector, not the owner: a deletion with `propagationPolicy: Orphan` has the
+        // garbage collector take the owner references off at the same time.
+        plan.release_vms = world
+            .vms
             .iter()
-            .filter(|v| has_finalizer(**v))
+            .filter(|v| has_finalizer(*v))
+            .filter(|v| {
+                let labels = v.metadata.labels.clone().unwrap_or_default();
+                api::selector::matches(&spec.selector, &labels).unwrap_or(false)
+            })
             .map(|v| v.name_any())
             .collect();
         plan.remove_pool_finalizer = has_finalizer(pool);
