@@ -48,6 +48,8 @@ pub struct ServerConfig {
     pub socket_root: PathBuf,
     /// Serving certificate and the CA client certificates must chain to.
     pub tls: Arc<rustls::ServerConfig>,
+    /// The open console of each VMI: a new one closes the one before.
+    pub consoles: console::Consoles,
 }
 
 /// Why the server did not start.
@@ -74,6 +76,7 @@ pub async fn run_from_env(socket_root: PathBuf) {
                 listen,
                 socket_root,
                 tls,
+                consoles: console::Consoles::default(),
             })
             .await
         }

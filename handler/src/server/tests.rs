@@ -137,6 +137,7 @@ async fn start(root: &Path, pki: &Pki) -> SocketAddr {
         listen: address,
         socket_root: root.to_path_buf(),
         tls: tls::server_config(&pki.good.join("server")).unwrap(),
+        consoles: Default::default(),
     });
     tokio::spawn(serve_listener(listener, config));
     address
@@ -238,6 +239,45 @@ async fn console_is_relayed_to_the_console_socket() {
     let mut typed = [0u8; 7];
     guest.read_exact(&mut typed).await.unwrap();
     assert_eq!(&typed, b"cirros\n");
+}
+
+#[tokio::test]
+async fn a_second_console_closes_the_first() {
+    let root = tempfile::tempdir().unwrap();
+    let uid = "0b7e2d2c-1111-4000-8000-000000000002";
+    std::fs::create_dir_all(root.path().join(uid)).unwrap();
+    let listener = tokio::net::UnixListener::bind(
+        root.path()
+            .join(uid)
+            .join(contract::sockets::CONSOLE_SOCKET),
+    )
+    .unwrap();
+    let pki = pki();
+    let address = start(root.path(), &pki).await;
+
+    let first = send(address, &pki, console_request(uid)).await;
+    assert_eq!(first.status(), StatusCode::SWITCHING_PROTOCOLS);
+    let (_guest_of_first, _) = listener.accept().await.unwrap();
+    let mut first = TokioIo::new(hyper::upgrade::on(first).await.unwrap());
+
+    let second = send(address, &pki, console_request(uid)).await;
+    assert_eq!(second.status(), StatusCode::SWITCHING_PROTOCOLS);
+    let (mut guest, _) = listener.accept().await.unwrap();
+    let mut second = TokioIo::new(hyper::upgrade::on(second).await.unwrap());
+
+    // The first reads EOF; the second still talks to the guest.
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        first.read_to_end(&mut rest),
+    )
+    .await
+    .expect("the first console is closed");
+    assert_eq!(read.unwrap(), 0, "the first console got {rest:?}");
+    guest.write_all(b"login: ").await.unwrap();
+    let mut prompt = [0u8; 7];
+    second.read_exact(&mut prompt).await.unwrap();
+    assert_eq!(&prompt, b"login: ");
 }
 
 #[tokio::test]
