@@ -77,6 +77,17 @@ fn vmi(name: &str, revision: &str, ready: bool) -> VirtualMachineInstance {
     vmi
 }
 
+/// Adds a label to the pool's VMI template (a change that needs the VMIs restarted).
+fn label_vmi_template(pool: &mut VirtualMachinePool, key: &str, value: &str) {
+    let template = pool.spec.virtual_machine_template.as_mut().unwrap();
+    let vmi = &mut template.spec.as_mut().unwrap().template;
+    vmi.metadata
+        .get_or_insert_with(Default::default)
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert(key.into(), value.into());
+}
+
 fn revisions(entries: &[(&str, &VirtualMachinePool)]) -> BTreeMap<String, VirtualMachinePoolSpec> {
     entries
         .iter()
@@ -172,21 +183,7 @@ fn a_changed_template_rewrites_the_vms_then_restarts_their_vmis_within_max_unava
     let old = pool(3);
     let mut new = pool_with(3, json!({"maxUnavailable": 1}));
     new.metadata.generation = Some(2);
-    new.spec
-        .virtual_machine_template
-        .as_mut()
-        .unwrap()
-        .spec
-        .as_mut()
-        .unwrap()
-        .template
-        .metadata
-        .as_mut()
-        .unwrap()
-        .labels
-        .as_mut()
-        .unwrap()
-        .insert("newlabel".into(), "newvalue".into());
+    label_vmi_template(&mut new, "newlabel", "newvalue");
     let names = ["web-0", "web-1", "web-2"];
     let old_vms: Vec<_> = names
         .iter()
@@ -282,21 +279,7 @@ fn opportunistic_update_rewrites_vms_and_never_restarts_vmis() {
     let old = pool(1);
     let mut new = pool_with(1, json!({"updateStrategy": {"opportunistic": {}}}));
     new.metadata.generation = Some(2);
-    new.spec
-        .virtual_machine_template
-        .as_mut()
-        .unwrap()
-        .spec
-        .as_mut()
-        .unwrap()
-        .template
-        .metadata
-        .as_mut()
-        .unwrap()
-        .labels
-        .as_mut()
-        .unwrap()
-        .insert("newlabel".into(), "x".into());
+    label_vmi_template(&mut new, "newlabel", "x");
     let vms = [vm(&new, "web-0", "web-2", 1, true)];
     let vmis = [vmi("web-0", "web-1", true)];
     let revs = revisions(&[("web-1", &old), ("web-2", &new)]);

@@ -211,17 +211,17 @@ fn console_request(uid: &str) -> Request<Empty<Bytes>> {
         .unwrap()
 }
 
+/// The fake launcher's console socket of VMI `uid` under `root`.
+fn console_socket(root: &Path, uid: &str) -> tokio::net::UnixListener {
+    std::fs::create_dir_all(root.join(uid)).unwrap();
+    tokio::net::UnixListener::bind(root.join(uid).join(contract::sockets::CONSOLE_SOCKET)).unwrap()
+}
+
 #[tokio::test]
 async fn console_is_relayed_to_the_console_socket() {
     let root = tempfile::tempdir().unwrap();
     let uid = "0b7e2d2c-1111-4000-8000-000000000001";
-    std::fs::create_dir_all(root.path().join(uid)).unwrap();
-    let listener = tokio::net::UnixListener::bind(
-        root.path()
-            .join(uid)
-            .join(contract::sockets::CONSOLE_SOCKET),
-    )
-    .unwrap();
+    let listener = console_socket(root.path(), uid);
     let pki = pki();
     let address = start(root.path(), &pki).await;
 
@@ -245,13 +245,7 @@ async fn console_is_relayed_to_the_console_socket() {
 async fn a_second_console_closes_the_first() {
     let root = tempfile::tempdir().unwrap();
     let uid = "0b7e2d2c-1111-4000-8000-000000000002";
-    std::fs::create_dir_all(root.path().join(uid)).unwrap();
-    let listener = tokio::net::UnixListener::bind(
-        root.path()
-            .join(uid)
-            .join(contract::sockets::CONSOLE_SOCKET),
-    )
-    .unwrap();
+    let listener = console_socket(root.path(), uid);
     let pki = pki();
     let address = start(root.path(), &pki).await;
 
