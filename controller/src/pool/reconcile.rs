@@ -227,7 +227,10 @@ pub async fn reconcile(pool: Arc<VirtualMachinePool>, ctx: Arc<Context>) -> Resu
             .as_ref()
             .is_some_and(|s| api::condition::find(&s.conditions, "ReplicaPaused").is_some());
         let paused = pool.spec.paused == Some(true);
-        let patch = json!({"status": new_status});
+        // `conditions` always, also empty: a merge patch keeps a list it does not name.
+        let mut status = serde_json::to_value(&new_status).unwrap_or_else(|_| json!({}));
+        status["conditions"] = json!(new_status.conditions);
+        let patch = json!({ "status": status });
         pools
             .patch_status(
                 &pool.name_any(),
