@@ -4,8 +4,10 @@
 //! The client (virtctl, through kube-apiserver's proxy) sends binary or text frames whose
 //! payloads are keystrokes; they are written to the handler stream as they are. Bytes the
 //! guest writes arrive from the handler and go back as binary frames. A ping is answered with
-//! a pong; a close frame or the end of either side ends the relay, and the client is sent a
-//! close frame if it is still there.
+//! a pong; a close frame or the end of either side ends the relay. A client that closed is
+//! answered with its close frame; when the console ends (the VM stopped, or a newer console of
+//! the VMI replaced this one), the connection is closed without a close frame, as KubeVirt's
+//! virt-api does, so that KubeVirt's clients read an unexpected EOF rather than a normal end.
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -81,11 +83,7 @@ where
             let mut buf = vec![0u8; 4096];
             loop {
                 match console_read.read(&mut buf).await {
-                    Ok(0) | Err(_) => {
-                        // 1000: normal closure.
-                        let _ = frames_tx.send((OP_CLOSE, vec![0x03, 0xe8])).await;
-                        return RelayEnd::ConsoleClosed;
-                    }
+                    Ok(0) | Err(_) => return RelayEnd::ConsoleClosed,
                     Ok(n) => {
                         if frames_tx
                             .send((OP_BINARY, buf[..n].to_vec()))
@@ -154,14 +152,16 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn console_end_closes_the_websocket() {
+    async fn console_end_closes_the_connection_without_a_close_frame() {
         let (client, client_peer) = tokio::io::duplex(1 << 16);
-        let (console, guest) = tokio::io::duplex(1 << 16);
+        let (console, mut guest) = tokio::io::duplex(1 << 16);
         let relay = tokio::spawn(relay(client_peer, console));
+        guest.write_all(b"bye").await.unwrap();
         drop(guest);
         let (mut client_read, _client_write) = tokio::io::split(client);
-        let close = read_frame(&mut client_read).await.unwrap().unwrap();
-        assert_eq!(close.opcode, OP_CLOSE);
+        let last = read_frame(&mut client_read).await.unwrap().unwrap();
+        assert_eq!((last.opcode, last.payload), (OP_BINARY, b"bye".to_vec()));
+        assert!(read_frame(&mut client_read).await.unwrap().is_none());
         assert_eq!(relay.await.unwrap(), RelayEnd::ConsoleClosed);
     }
 }
