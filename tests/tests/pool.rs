@@ -176,7 +176,10 @@ async fn a_pool_names_scales_replaces_updates_and_deletes_its_vms() {
         .await
         .expect("pool patched");
     // Each spec change (the scales too) is a new generation, and so a new revision.
-    let revision = format!("{NAME}-{}", patched.metadata.generation.expect("a generation"));
+    let revision = format!(
+        "{NAME}-{}",
+        patched.metadata.generation.expect("a generation")
+    );
     wait_for("every VMI to carry the new label", TIMEOUT, || async {
         let list = vmis
             .list(&ListParams::default().labels("newlabel=newvalue"))
