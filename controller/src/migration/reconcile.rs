@@ -345,6 +345,23 @@ pub async fn reconcile(
             ] {
                 map.entry(stale).or_insert(serde_json::Value::Null);
             }
+            // The settings object is merged key by key too: every setting this migration does
+            // not have is nulled, so that none of an earlier migration's stays.
+            if let Some(settings) = map
+                .get_mut("migrationConfiguration")
+                .and_then(serde_json::Value::as_object_mut)
+            {
+                let known = api::kubevirt_fields::FIELDS
+                    .iter()
+                    .find(|(definition, _)| *definition == "v1.MigrationConfiguration")
+                    .map(|(_, fields)| *fields)
+                    .unwrap_or_default();
+                for field in known {
+                    settings
+                        .entry(field.to_string())
+                        .or_insert(serde_json::Value::Null);
+                }
+            }
         }
         let patch = json!({"status": {"migrationState": fields, "migrationMethod": method}});
         vmis.patch_status(&vmi_name, &PatchParams::default(), &Patch::Merge(&patch))
