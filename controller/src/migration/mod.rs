@@ -27,5 +27,6 @@
 
 pub mod plan;
 pub mod reconcile;
+pub mod settings;
 
 pub use plan::visible_pods;

@@ -23,6 +23,7 @@ use serde_json::json;
 use super::plan::{
     abort_status, cancel_step, over_limits, refresh_live_migratable, render_target_pod, Cancel,
 };
+use super::settings;
 use crate::context::Context;
 use crate::Error;
 
@@ -306,7 +307,7 @@ pub async fn reconcile(
                 p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(source_node.as_str())
             })
             .and_then(|p| p.metadata.name);
-        let (policy, settings) = settings_for(&ctx, &vmi).await?;
+        let (policy, settings) = settings::settings_for(&ctx, &vmi).await?;
         let state = MigrationState {
             migration_uid: Some(uid.clone()),
             source_node: Some(source_node.clone()),
@@ -328,41 +329,7 @@ pub async fn reconcile(
             "LiveMigration"
         };
         // A merge patch: the handlers write the VMI's status at the same time.
-        // What an earlier migration left in migrationState must go: a merge patch keeps what
-        // it does not name.
-        let mut fields = serde_json::to_value(&state).unwrap_or_else(|_| json!({}));
-        if let Some(map) = fields.as_object_mut() {
-            for stale in [
-                "targetNode",
-                "targetNodeAddress",
-                "endTimestamp",
-                "completed",
-                "failed",
-                "failureReason",
-                "abortRequested",
-                "mode",
-                "migrationPolicyName",
-            ] {
-                map.entry(stale).or_insert(serde_json::Value::Null);
-            }
-            // The settings object is merged key by key too: every setting this migration does
-            // not have is nulled, so that none of an earlier migration's stays.
-            if let Some(settings) = map
-                .get_mut("migrationConfiguration")
-                .and_then(serde_json::Value::as_object_mut)
-            {
-                let known = api::kubevirt_fields::FIELDS
-                    .iter()
-                    .find(|(definition, _)| *definition == "v1.MigrationConfiguration")
-                    .map(|(_, fields)| *fields)
-                    .unwrap_or_default();
-                for field in known {
-                    settings
-                        .entry(field.to_string())
-                        .or_insert(serde_json::Value::Null);
-                }
-            }
-        }
+        let fields = settings::start_patch(&state);
         let patch = json!({"status": {"migrationState": fields, "migrationMethod": method}});
         vmis.patch_status(&vmi_name, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
@@ -690,41 +657,6 @@ async fn remove_target_label(
         .await?;
     }
     Ok(())
-}
-
-/// The MigrationPolicy that applies to `vmi` (by its labels and its namespace's) and the
-/// settings in force for its migration: the KubeVirt CR's, with the policy's over them.
-async fn settings_for(
-    ctx: &Context,
-    vmi: &VirtualMachineInstance,
-) -> Result<(Option<String>, api::kubevirt::MigrationConfiguration), Error> {
-    let base = ctx.migration_config();
-    let policies = Api::<api::MigrationPolicy>::all(ctx.client.clone())
-        .list(&ListParams::default())
-        .await?
-        .items;
-    if policies.is_empty() {
-        return Ok((None, base));
-    }
-    let namespace_labels = match vmi.namespace() {
-        Some(ns) => Api::<k8s_openapi::api::core::v1::Namespace>::all(ctx.client.clone())
-            .get(&ns)
-            .await?
-            .metadata
-            .labels
-            .unwrap_or_default(),
-        None => Default::default(),
-    };
-    let vmi_labels = vmi.metadata.labels.clone().unwrap_or_default();
-    Ok(
-        match api::migration_policy::match_policy(&policies, &vmi_labels, &namespace_labels) {
-            Some(policy) => (
-                policy.metadata.name.clone(),
-                api::migration_policy::apply(&base, &policy.spec),
-            ),
-            None => (None, base),
-        },
-    )
 }
 
 #[cfg(test)]

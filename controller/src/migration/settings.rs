@@ -1,0 +1,110 @@
+//! The settings a migration runs by: the MigrationPolicy that picks its VMI, applied over the
+//! KubeVirt CR's `spec.configuration.migrations`, and the `migrationState` patch that records
+//! them (with the policy's name) when the migration starts.
+
+use api::vmi::MigrationState;
+use api::VirtualMachineInstance;
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
+use serde_json::{json, Value};
+
+use crate::context::Context;
+use crate::Error;
+
+/// The MigrationPolicy that applies to `vmi` (by its labels and its namespace's) and the
+/// settings in force for its migration: the KubeVirt CR's, with the policy's over them.
+pub async fn settings_for(
+    ctx: &Context,
+    vmi: &VirtualMachineInstance,
+) -> Result<(Option<String>, api::kubevirt::MigrationConfiguration), Error> {
+    let base = ctx.migration_config();
+    let policies = Api::<api::MigrationPolicy>::all(ctx.client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
+    if policies.is_empty() {
+        return Ok((None, base));
+    }
+    let namespace_labels = match vmi.namespace() {
+        Some(ns) => Api::<k8s_openapi::api::core::v1::Namespace>::all(ctx.client.clone())
+            .get(&ns)
+            .await?
+            .metadata
+            .labels
+            .unwrap_or_default(),
+        None => Default::default(),
+    };
+    let vmi_labels = vmi.metadata.labels.clone().unwrap_or_default();
+    Ok(
+        match api::migration_policy::match_policy(&policies, &vmi_labels, &namespace_labels) {
+            Some(policy) => (
+                policy.metadata.name.clone(),
+                api::migration_policy::apply(&base, &policy.spec),
+            ),
+            None => (None, base),
+        },
+    )
+}
+
+/// A new migration's `migrationState` as a status merge patch. A merge patch keeps what it does
+/// not name, and merges objects key by key: every field an earlier migration may have left, and
+/// every setting this migration does not have, is nulled.
+pub fn start_patch(state: &MigrationState) -> Value {
+    let mut fields = serde_json::to_value(state).unwrap_or_else(|_| json!({}));
+    let Some(map) = fields.as_object_mut() else {
+        return fields;
+    };
+    for stale in [
+        "targetNode",
+        "targetNodeAddress",
+        "endTimestamp",
+        "completed",
+        "failed",
+        "failureReason",
+        "abortRequested",
+        "mode",
+        "migrationPolicyName",
+    ] {
+        map.entry(stale).or_insert(Value::Null);
+    }
+    if let Some(settings) = map
+        .get_mut("migrationConfiguration")
+        .and_then(Value::as_object_mut)
+    {
+        let known = api::kubevirt_fields::FIELDS
+            .iter()
+            .find(|(definition, _)| *definition == "v1.MigrationConfiguration")
+            .map(|(_, fields)| *fields)
+            .unwrap_or_default();
+        for field in known {
+            settings.entry(field.to_string()).or_insert(Value::Null);
+        }
+    }
+    fields
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_start_patch_nulls_what_an_earlier_migration_left() {
+        let state = MigrationState {
+            migration_uid: Some("m".into()),
+            migration_configuration: Some(api::kubevirt::MigrationConfiguration {
+                completion_timeout_per_gib: Some(5),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let patch = start_patch(&state);
+        assert_eq!(patch["migrationUid"], "m");
+        assert_eq!(patch["mode"], Value::Null);
+        assert_eq!(patch["migrationPolicyName"], Value::Null);
+        let settings = &patch["migrationConfiguration"];
+        assert_eq!(settings["completionTimeoutPerGiB"], 5);
+        assert!(settings
+            .get("bandwidthPerMigration")
+            .is_some_and(Value::is_null));
+    }
+}
