@@ -10,13 +10,9 @@
 //!   VM keeps running on the source.
 //! - A VMI with a ReadWriteOnce PVC is refused: the migration fails with the reason, and the
 //!   VMI's LiveMigratable condition says it.
-//! - The KubeVirt CR's `bandwidthPerMigration` and `completionTimeoutPerGiB` reach the source:
-//!   a migration held to 256 KiB/s is cancelled at its completion timeout. So do a
-//!   MigrationPolicy's, picked by the namespace's label and named in `migrationState`; a policy
-//!   asking for post-copy is refused by KubeVirt's webhook.
+//! - The limits of the KubeVirt CR and of a MigrationPolicy: tests/migration_limits.rs.
 //!
-//! Tests that disturb the whole cluster or a node (the KubeVirt CR's migration settings, a
-//! restarted virt-handler, whose device plugins then refuse Pods for a moment) hold the cluster
+//! Tests that disturb the whole cluster or a node (a restarted virt-handler, whose device plugins then refuse Pods for a moment) hold the cluster
 //! lock alone (`ClusterChange`, which also puts the CR's spec back); the other migration tests
 //! hold it shared, beside each other but never beside a change, from any test binary.
 
@@ -24,114 +20,18 @@ use std::io::Read;
 use std::time::{Duration, Instant};
 
 use api::migration::{MigrationPhase, VirtualMachineInstanceMigration};
-use api::vmi::MigrationState;
-use api::{VirtualMachine, VirtualMachineInstance, VmiPhase};
-use ferrovirt_tests::counter::{console_counts, Count};
+use api::{VirtualMachineInstance, VmiPhase};
+use ferrovirt_tests::counter::console_counts;
+use ferrovirt_tests::migration::{
+    failed_and_still_counting_on_the_source, running_vm, UnderWay, DISK_MARKER,
+};
 use ferrovirt_tests::{
-    client, counter, kubectl, launcher_pids, migration_of, migration_phase as phase,
-    patch_kubevirt_cr, restart_handler, two_schedulable_nodes, virtctl, wait_for, wait_running,
-    ClusterChange, ClusterLock, TestNamespace,
+    client, launcher_pids, migration_of, migration_phase as phase, restart_handler,
+    two_schedulable_nodes, virtctl, wait_for, ClusterChange, ClusterLock, TestNamespace,
 };
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
-
-/// What the guest writes at the start of its emptyDisk (`/dev/vdc`).
-const DISK_MARKER: &str = "ferrovirt-emptydisk-marker";
-
-fn counting_vm(name: &str, empty_disk: &str) -> VirtualMachine {
-    // The guest writes DISK_MARKER on its emptyDisk, then counts.
-    let user_data = counter::user_data(&format!("echo {DISK_MARKER} > /dev/vdc; sync\n"));
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "kubevirt.io/v1",
-        "kind": "VirtualMachine",
-        "metadata": {"name": name},
-        "spec": {
-            "runStrategy": "Always",
-            "template": {
-                "metadata": {"labels": {"kubevirt.io/vm": name}},
-                "spec": {
-                    "domain": {
-                        "devices": {"disks": [
-                            {"name": "containerdisk", "disk": {"bus": "virtio"}},
-                            {"name": "cloudinitdisk", "disk": {"bus": "virtio"}},
-                            {"name": "emptydisk", "disk": {"bus": "virtio"}}
-                        ]},
-                        "memory": {"guest": "128Mi"},
-                        "resources": {}
-                    },
-                    "terminationGracePeriodSeconds": 0,
-                    "volumes": [
-                        {"name": "containerdisk",
-                         "containerDisk": {"image": "registry:5000/kubevirt/cirros-container-disk-demo:devel"}},
-                        {"name": "cloudinitdisk", "cloudInitNoCloud": {"userData": user_data}},
-                        {"name": "emptydisk", "emptyDisk": {"capacity": empty_disk}}
-                    ]
-                }
-            }
-        }
-    }))
-    .expect("a VirtualMachine")
-}
-
-/// Starts the counting VM and waits until it runs and counts.
-async fn running_vm(
-    client: &Client,
-    namespace: &str,
-    name: &str,
-    empty_disk: &str,
-) -> (VirtualMachineInstance, String, Vec<Count>) {
-    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), namespace);
-    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), namespace);
-    vms.create(&PostParams::default(), &counting_vm(name, empty_disk))
-        .await
-        .expect("VM created");
-    let vmi = wait_running(&vmis, name, Duration::from_secs(300)).await;
-    let node = vmi
-        .status
-        .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .expect("nodeName");
-    let uid = vmi.uid().expect("uid");
-    // Before any migration is asked for, the VMI says it could migrate (as KubeVirt's do).
-    wait_for(
-        "LiveMigratable=True on the running VMI",
-        Duration::from_secs(30),
-        || async {
-            let vmi = vmis.get(name).await.ok()?;
-            vmi.status?
-                .conditions
-                .iter()
-                .any(|c| c.type_ == "LiveMigratable" && c.is_true())
-                .then_some(())
-        },
-    )
-    .await;
-    let seen = console_counts(&node, &uid, 3, Duration::from_secs(180)).await;
-    (vmi, node, seen)
-}
-
-/// `spec.configuration.migrations` of the KubeVirt CR, removed again when dropped.
-struct MigrationSettings;
-
-impl MigrationSettings {
-    fn set(settings: serde_json::Value) -> MigrationSettings {
-        let patch = serde_json::json!({"spec": {"configuration": {"migrations": settings}}});
-        let out = patch_kubevirt_cr(&patch);
-        assert_eq!(out.code, Some(0), "patching the KubeVirt CR: {out:?}");
-        MigrationSettings
-    }
-}
-
-impl Drop for MigrationSettings {
-    fn drop(&mut self) {
-        let patch = serde_json::json!({"spec": {"configuration": {"migrations": null}}});
-        let out = patch_kubevirt_cr(&patch);
-        if out.code != Some(0) {
-            eprintln!("could not remove the migration settings: {out:?}");
-        }
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn virtctl_migrate_moves_a_running_vm_to_the_other_node() {
@@ -365,14 +265,6 @@ async fn virtctl_migrate_moves_a_running_vm_to_the_other_node() {
     );
 }
 
-/// A migration of a counting VM, caught while its stream runs.
-struct UnderWay {
-    uid: String,
-    source_node: String,
-    migration: String,
-    target_pod: String,
-}
-
 /// Starts VM `name` with a large sparse emptyDisk, so that its block migration lasts long
 /// enough to be interrupted, runs `virtctl migrate` and returns once the stream runs.
 async fn migration_under_way(client: &Client, ns: &str, name: &str) -> UnderWay {
@@ -400,49 +292,6 @@ async fn migration_under_way(client: &Client, ns: &str, name: &str) -> UnderWay 
         migration,
         target_pod,
     }
-}
-
-/// Waits for an interrupted migration to end, and checks that it failed and that the VM runs
-/// on, on the source node, its counter going on. Returns the VMI's `migrationState`.
-async fn failed_and_still_counting_on_the_source(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    under: &UnderWay,
-) -> MigrationState {
-    let migrations: Api<VirtualMachineInstanceMigration> = Api::namespaced(client.clone(), ns);
-    // A deleted migration object goes once it has ended.
-    let ended = wait_for("the migration to end", Duration::from_secs(180), || async {
-        match migrations.get_opt(&under.migration).await.ok()? {
-            Some(m) => phase(&m)
-                .is_some_and(MigrationPhase::is_final)
-                .then_some(Some(m)),
-            None => Some(None),
-        }
-    })
-    .await;
-    if let Some(ended) = ended {
-        let status = ended.status.clone().unwrap_or_default();
-        assert_eq!(status.phase, Some(MigrationPhase::Failed), "{status:?}");
-        println!("migration failed: {:?}", status.conditions);
-    }
-    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), ns);
-    let vmi = vmis.get(name).await.expect("VMI");
-    let s = vmi.status.clone().unwrap_or_default();
-    assert_eq!(s.phase, Some(VmiPhase::Running), "{s:?}");
-    assert_eq!(s.node_name.as_deref(), Some(under.source_node.as_str()));
-    let state = s.migration_state.clone().expect("migrationState");
-    assert_eq!(state.failed, Some(true), "{state:?}");
-    let node = &under.source_node;
-    let seen = console_counts(node, &under.uid, 1, Duration::from_secs(30)).await;
-    let last = seen.last().cloned().expect("counts");
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let later = console_counts(node, &under.uid, 1, Duration::from_secs(30)).await;
-    assert!(
-        later.last().expect("counts").n > last.n,
-        "the guest stopped counting on the source after the failed migration"
-    );
-    state
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -603,134 +452,4 @@ async fn virtctl_migrate_cancel_stops_a_running_migration() {
         out.stderr.trim(),
         "Found no migration to cancel for vm-cancel"
     );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_crs_bandwidth_and_completion_timeout_cancel_a_slow_migration() {
-    let _alone = ClusterChange::begin().await;
-    let client = client().await;
-    let namespace = TestNamespace::create(&client, "e2e-migslow").await;
-    let ns = namespace.name.as_str();
-    two_schedulable_nodes(&client).await;
-    let (vmi, source_node, _) = running_vm(&client, ns, "vm-slow", "1Gi").await;
-    // 256 KiB/s cannot move the guest's memory and disks within 5 s per GiB of them; without
-    // the bandwidth limit the migration would finish in a few seconds.
-    let _cr = MigrationSettings::set(serde_json::json!({
-        "bandwidthPerMigration": "256Ki",
-        "completionTimeoutPerGiB": 5
-    }));
-    let out = virtctl(ns, &["migrate", "vm-slow"]);
-    assert_eq!(out.code, Some(0), "virtctl migrate: {out:?}");
-    let under = UnderWay {
-        uid: vmi.uid().expect("uid"),
-        source_node,
-        migration: migration_of(&client, ns, "vm-slow").await.name_any(),
-        target_pod: String::new(),
-    };
-    let state = failed_and_still_counting_on_the_source(&client, ns, "vm-slow", &under).await;
-    let reason = state.failure_reason.unwrap_or_default();
-    assert!(
-        reason.contains("not completed after") && reason.contains("completionTimeoutPerGiB 5 s"),
-        "{reason}"
-    );
-    println!("{reason}");
-}
-
-/// Deletes a cluster-scoped MigrationPolicy when the test ends, also when it fails.
-struct PolicyGuard(&'static str);
-
-impl Drop for PolicyGuard {
-    fn drop(&mut self) {
-        let out = kubectl(
-            "default",
-            &["delete", "migrationpolicy", self.0, "--ignore-not-found"],
-        );
-        if out.code != Some(0) {
-            eprintln!("could not delete MigrationPolicy {}: {out:?}", self.0);
-        }
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_migration_policy_picked_by_namespace_label_limits_the_migration() {
-    let _shared = ClusterLock::shared().await;
-    let client = client().await;
-    two_schedulable_nodes(&client).await;
-    let namespace = TestNamespace::create(&client, "e2e-migpolicy").await;
-    let ns = namespace.name.as_str();
-    let policies: Api<api::MigrationPolicy> = Api::all(client.clone());
-
-    // KubeVirt's webhook refuses what Ferrovirt cannot honour, by path.
-    let post_copy: api::MigrationPolicy = serde_json::from_value(serde_json::json!({
-        "apiVersion": "migrations.kubevirt.io/v1alpha1",
-        "kind": "MigrationPolicy",
-        "metadata": {"name": "e2e-post-copy"},
-        "spec": {"allowPostCopy": true, "selectors": {"namespaceSelector": {"x": "y"}}}
-    }))
-    .expect("a policy");
-    let _refused_guard = PolicyGuard("e2e-post-copy");
-    let refused = policies
-        .create(&PostParams::default(), &post_copy)
-        .await
-        .expect_err("allowPostCopy is refused");
-    let text = refused.to_string();
-    assert!(
-        text.contains("migration-policy-validator.kubevirt.io")
-            && text.contains("spec.allowPostCopy"),
-        "{text}"
-    );
-
-    // A policy for this namespace only: 256 KiB/s cannot move the guest within 5 s per GiB.
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    namespaces
-        .patch(
-            ns,
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(serde_json::json!({
-                "metadata": {"labels": {"ferrovirt.io/e2e-policy": ns}}
-            })),
-        )
-        .await
-        .expect("namespace labelled");
-    let _guard = PolicyGuard("e2e-slow-policy");
-    let slow: api::MigrationPolicy = serde_json::from_value(serde_json::json!({
-        "apiVersion": "migrations.kubevirt.io/v1alpha1",
-        "kind": "MigrationPolicy",
-        "metadata": {"name": "e2e-slow-policy"},
-        "spec": {
-            "bandwidthPerMigration": "256Ki",
-            "completionTimeoutPerGiB": 5,
-            "selectors": {"namespaceSelector": {"ferrovirt.io/e2e-policy": ns}}
-        }
-    }))
-    .expect("a policy");
-    policies
-        .create(&PostParams::default(), &slow)
-        .await
-        .expect("policy created");
-    let (vmi, source_node, _) = running_vm(&client, ns, "vm-policy", "1Gi").await;
-    let out = virtctl(ns, &["migrate", "vm-policy"]);
-    assert_eq!(out.code, Some(0), "virtctl migrate: {out:?}");
-    let under = UnderWay {
-        uid: vmi.uid().expect("uid"),
-        source_node,
-        migration: migration_of(&client, ns, "vm-policy").await.name_any(),
-        target_pod: String::new(),
-    };
-    let state = failed_and_still_counting_on_the_source(&client, ns, "vm-policy", &under).await;
-    assert_eq!(
-        state.migration_policy_name.as_deref(),
-        Some("e2e-slow-policy")
-    );
-    let settings = state
-        .migration_configuration
-        .clone()
-        .expect("migrationConfiguration");
-    assert_eq!(settings.bandwidth_bytes_per_second(), 256 * 1024);
-    let reason = state.failure_reason.unwrap_or_default();
-    assert!(
-        reason.contains("not completed after") && reason.contains("completionTimeoutPerGiB 5 s"),
-        "{reason}"
-    );
-    println!("{reason}");
 }
