@@ -19,7 +19,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use api::condition::{self, Condition};
-use api::pool::{SelectionPolicy, VirtualMachinePoolSpec, FINALIZER, REVISION_LABEL};
+use api::pool::{SelectionPolicy, Selectors, VirtualMachinePoolSpec, FINALIZER, REVISION_LABEL};
 use api::{
     VirtualMachine, VirtualMachineInstance, VirtualMachinePool, VirtualMachinePoolStatus, VmiPhase,
 };
@@ -154,13 +154,13 @@ fn shuffle<T>(items: &mut [T], mut seed: u64) {
     }
 }
 
-/// Orders `vms` by the selection policy, and keeps only those its selectors match.
-fn select<'a>(
+/// Orders `vms` by a selection policy's `sortPolicy` (random when unset or unknown).
+fn order<'a>(
     mut vms: Vec<&'a VirtualMachine>,
-    policy: Option<&SelectionPolicy>,
+    sort: Option<&str>,
     seed: u64,
 ) -> Vec<&'a VirtualMachine> {
-    match policy.and_then(|p| p.sort_policy.as_deref()) {
+    match sort {
         Some("AscendingOrder") => vms.sort_by_key(|v| index_of(&v.name_any()).unwrap_or(0)),
         Some("DescendingOrder") => {
             vms.sort_by_key(|v| std::cmp::Reverse(index_of(&v.name_any()).unwrap_or(0)))
@@ -174,7 +174,15 @@ fn select<'a>(
             shuffle(&mut vms, seed);
         }
     }
-    let Some(selectors) = policy.and_then(|p| p.selectors.as_ref()) else {
+    vms
+}
+
+/// The VMs whose VMI template a selection policy's `selectors` match (all when unset).
+fn matching<'a>(
+    vms: Vec<&'a VirtualMachine>,
+    selectors: Option<&Selectors>,
+) -> Vec<&'a VirtualMachine> {
+    let Some(selectors) = selectors else {
         return vms;
     };
     vms.into_iter()
@@ -294,7 +302,8 @@ pub fn plan(pool: &VirtualMachinePool, world: &World, seed: u64) -> Result<Plan,
             let policy = scale_in
                 .and_then(|s| s.proactive.as_ref())
                 .and_then(|p| p.selection_policy.as_ref());
-            plan.delete = select(staying, policy, seed)
+            let ordered = order(staying, policy.and_then(|p| p.sort_policy.as_deref()), seed);
+            plan.delete = matching(ordered, policy.and_then(|p| p.selectors.as_ref()))
                 .into_iter()
                 .take(excess)
                 .map(|v| v.name_any())
@@ -333,10 +342,10 @@ fn update(
         .collect();
     // Selectors of a proactive policy limit which VMs are updated at all; its sort order only
     // matters for VMI restarts.
-    let candidates = match proactive_policy.and_then(|p| p.selectors.as_ref()) {
-        Some(_) => select(candidates, proactive_policy, seed),
-        None => candidates,
-    };
+    let candidates = matching(
+        candidates,
+        proactive_policy.and_then(|p| p.selectors.as_ref()),
+    );
     let template = spec.virtual_machine_template.as_ref();
     let mut up_to_date = Vec::new();
     for vm in candidates {
@@ -350,10 +359,9 @@ fn update(
             up_to_date.push(vm);
         }
     }
-    if strategy.is_some_and(|s| s.opportunistic.is_some()) {
-        // Rewritten VMs that are now up to date still get their VMIs relabelled below on the
-        // next pass; the old revisions they name are kept until then.
-    } else {
+    // Opportunistic: the VMs are rewritten, their VMIs left as they are (the revisions those
+    // name are kept while they run).
+    if strategy.is_none_or(|s| s.opportunistic.is_none()) {
         proactive(spec, world, up_to_date, proactive_policy, seed, plan);
     }
     if plan.rewrite.is_empty() && plan.restart.is_empty() && !plan.waiting {
@@ -390,16 +398,9 @@ fn proactive(
     seed: u64,
     plan: &mut Plan,
 ) {
-    let ordered = match policy {
-        Some(p) if p.sort_policy.is_some() => select(
-            up_to_date.clone(),
-            Some(&SelectionPolicy {
-                selectors: None,
-                ..p.clone()
-            }),
-            seed,
-        ),
-        _ => up_to_date.clone(),
+    let ordered = match policy.and_then(|p| p.sort_policy.as_deref()) {
+        Some(sort) => order(up_to_date.clone(), Some(sort), seed),
+        None => up_to_date.clone(),
     };
     let unavailable = up_to_date
         .iter()
@@ -469,7 +470,8 @@ pub fn owner_reference(pool: &VirtualMachinePool) -> Option<OwnerReference> {
 
 /// The VM at `index` as the template writes it: the template's labels and annotations, its
 /// spec, the revision label on the VM and on its VMI template; `base` is the VM being
-/// rewritten (its name, finalizers, owner and firmware identity are kept) or a new one.
+/// rewritten (its name, finalizers and owner are kept) or a new one. KubeVirt also keeps a
+/// rewritten VM's firmware UUID and serial; Ferrovirt refuses both fields, so there are none.
 pub fn vm_from_template(
     pool: &VirtualMachinePool,
     name: &str,
@@ -489,21 +491,6 @@ pub fn vm_from_template(
             vm
         }
     };
-    if let (Some(old), Some(new)) = (
-        base.and_then(|b| b.spec.template.spec.as_ref()),
-        spec.template.spec.as_mut(),
-    ) {
-        // The firmware identity the guest sees was given at creation and stays.
-        if let Some(firmware) = &old.domain.firmware {
-            let mut kept = new.domain.firmware.clone().unwrap_or_default();
-            for key in ["uuid", "serial"] {
-                if let Some(value) = firmware.other.get(key) {
-                    kept.other.insert(key.to_string(), value.clone());
-                }
-            }
-            new.domain.firmware = Some(kept);
-        }
-    }
     let mut labels = meta.labels.unwrap_or_default();
     labels.insert(REVISION_LABEL.to_string(), revision.to_string());
     vm.metadata.labels = Some(labels);
