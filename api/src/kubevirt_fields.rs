@@ -788,9 +788,14 @@ pub const FIELDS: &[(&str, &[&str])] = &[
     ),
 ];
 
-/// Whether KubeVirt's `definition` (such as `v1.Devices`) has `field`.
-pub fn has_field(definition: &str, field: &str) -> bool {
+/// The fields of KubeVirt's `definition` (such as `v1.Devices`); none for one not listed.
+pub fn fields(definition: &str) -> &'static [&'static str] {
     FIELDS
         .binary_search_by(|(d, _)| d.cmp(&definition))
-        .is_ok_and(|i| FIELDS[i].1.binary_search(&field).is_ok())
+        .map_or(&[], |i| FIELDS[i].1)
+}
+
+/// Whether KubeVirt's `definition` has `field`.
+pub fn has_field(definition: &str, field: &str) -> bool {
+    fields(definition).binary_search(&field).is_ok()
 }

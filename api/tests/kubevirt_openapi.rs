@@ -283,10 +283,13 @@ fn generated_table(swagger: &Value) -> String {
     }
     out.push_str(
         "];\n\n\
-         /// Whether KubeVirt's `definition` (such as `v1.Devices`) has `field`.\n\
-         pub fn has_field(definition: &str, field: &str) -> bool {\n    \
+         /// The fields of KubeVirt's `definition` (such as `v1.Devices`); none for one not listed.\n\
+         pub fn fields(definition: &str) -> &'static [&'static str] {\n    \
          FIELDS\n        .binary_search_by(|(d, _)| d.cmp(&definition))\n        \
-         .is_ok_and(|i| FIELDS[i].1.binary_search(&field).is_ok())\n}\n",
+         .map_or(&[], |i| FIELDS[i].1)\n}\n\n\
+         /// Whether KubeVirt's `definition` has `field`.\n\
+         pub fn has_field(definition: &str, field: &str) -> bool {\n    \
+         fields(definition).binary_search(&field).is_ok()\n}\n",
     );
     out
 }

@@ -71,12 +71,7 @@ pub fn start_patch(state: &MigrationState) -> Value {
         .get_mut("migrationConfiguration")
         .and_then(Value::as_object_mut)
     {
-        let known = api::kubevirt_fields::FIELDS
-            .iter()
-            .find(|(definition, _)| *definition == "v1.MigrationConfiguration")
-            .map(|(_, fields)| *fields)
-            .unwrap_or_default();
-        for field in known {
+        for field in api::kubevirt_fields::fields("v1.MigrationConfiguration") {
             settings.entry(field.to_string()).or_insert(Value::Null);
         }
     }
