@@ -21,6 +21,9 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         crate::pool::crd(),
         <crate::MigrationPolicy as CustomResourceExt>::crd(),
     ];
+    crds.extend(crate::instancetype::crds());
+    crds.extend(crate::snapshot::crds());
+    crds.push(crate::clone::crd());
     crds.extend(crate::siblings::crds());
     crds
 }

@@ -30,31 +30,10 @@ pub fn default_vmi(vmi: &mut VirtualMachineInstance) {
 /// - the CPU topology is 1 core, 1 socket, 1 thread where unset, model `host-model`;
 /// - `terminationGracePeriodSeconds` is 30, `architecture` is `amd64`.
 pub fn default_vmi_spec(spec: &mut VirtualMachineInstanceSpec) {
-    let devices = &mut spec.domain.devices;
-    for volume in &spec.volumes {
-        if !devices.disks.iter().any(|d| d.name == volume.name) {
-            devices.disks.push(Disk {
-                name: volume.name.clone(),
-                ..Disk::default()
-            });
-        }
-    }
-    for disk in &mut devices.disks {
+    default_devices(spec);
+    for disk in &mut spec.domain.devices.disks {
         let target = disk.disk.get_or_insert_with(DiskTarget::default);
         target.bus.get_or_insert_with(|| "virtio".to_string());
-    }
-    let autoattach = devices.autoattach_pod_interface != Some(false);
-    if autoattach && devices.interfaces.is_empty() && spec.networks.is_empty() {
-        devices.interfaces.push(Interface {
-            name: DEFAULT_NETWORK_NAME.to_string(),
-            masquerade: Some(InterfaceMasquerade::default()),
-            ..Interface::default()
-        });
-        spec.networks.push(Network {
-            name: DEFAULT_NETWORK_NAME.to_string(),
-            pod: Some(PodNetwork::default()),
-            ..Network::default()
-        });
     }
 
     let domain = &mut spec.domain;
@@ -80,14 +59,48 @@ pub fn default_vmi_spec(spec: &mut VirtualMachineInstanceSpec) {
     spec.architecture.get_or_insert_with(|| "amd64".to_string());
 }
 
+/// The devices KubeVirt adds before an instance type and a preference apply: a volume that no
+/// disk uses gets a disk of its name (no target: a preference may choose its bus), and without
+/// interfaces and networks (and unless `autoattachPodInterface: false`) a `default` interface
+/// with the masquerade binding on the pod network.
+pub fn default_devices(spec: &mut VirtualMachineInstanceSpec) {
+    let devices = &mut spec.domain.devices;
+    for volume in &spec.volumes {
+        if !devices.disks.iter().any(|d| d.name == volume.name) {
+            devices.disks.push(Disk {
+                name: volume.name.clone(),
+                ..Disk::default()
+            });
+        }
+    }
+    let autoattach = devices.autoattach_pod_interface != Some(false);
+    if autoattach && devices.interfaces.is_empty() && spec.networks.is_empty() {
+        devices.interfaces.push(Interface {
+            name: DEFAULT_NETWORK_NAME.to_string(),
+            masquerade: Some(InterfaceMasquerade::default()),
+            ..Interface::default()
+        });
+        spec.networks.push(Network {
+            name: DEFAULT_NETWORK_NAME.to_string(),
+            pod: Some(PodNetwork::default()),
+            ..Network::default()
+        });
+    }
+}
+
 /// Fills in the defaults of a VM: the deprecated `running` becomes `runStrategy` (Halted when
-/// neither is set), and the template gets the VMI defaults.
+/// neither is set), and the template gets the VMI defaults, unless the VM names an instance type
+/// or a preference: those apply to the VMIs it starts, before the VMI defaults, and a defaulted
+/// template would conflict with the instance type and leave the preference nothing to fill in.
 pub fn default_vm(vm: &mut VirtualMachine) {
     if vm.spec.run_strategy.is_none() {
         if let Some(strategy) = vm.spec.effective_run_strategy() {
             vm.spec.run_strategy = Some(strategy.as_str().to_string());
             vm.spec.running = None;
         }
+    }
+    if crate::instancetype::names_any(vm) {
+        return;
     }
     if let Some(spec) = &mut vm.spec.template.spec {
         default_vmi_spec(spec);

@@ -260,6 +260,22 @@ pub struct DiskTarget {
     pub other: Other,
 }
 
+/// The six bytes of an interface's `macAddress`, written as KubeVirt accepts it (Go's
+/// `net.ParseMAC` with six bytes): hexadecimal pairs separated by `:` or all by `-`.
+pub fn parse_mac_address(text: &str) -> Option<[u8; 6]> {
+    let separator = if text.contains('-') { '-' } else { ':' };
+    let mut out = [0u8; 6];
+    let mut parts = text.split(separator);
+    for byte in out.iter_mut() {
+        let part = parts.next()?;
+        if part.len() != 2 || !part.bytes().all(|c| c.is_ascii_hexdigit()) {
+            return None;
+        }
+        *byte = u8::from_str_radix(part, 16).ok()?;
+    }
+    parts.next().is_none().then_some(out)
+}
+
 /// A network interface of the VM, connected to the network of the same name (`v1.Interface`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -103,9 +103,27 @@ pub struct KubeVirtConfiguration {
     pub developer_configuration: Option<DeveloperConfiguration>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migrations: Option<MigrationConfiguration>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instancetype: Option<InstancetypeConfiguration>,
     #[serde(flatten)]
     pub other: Other,
 }
+
+/// How VMs use instance types and preferences (`v1.InstancetypeConfiguration`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstancetypeConfiguration {
+    /// `reference` (the default: VMs keep referring to ControllerRevisions), `expand` (a VM
+    /// without stored revisions gets its instance type and preference written into its spec)
+    /// or `expandAll` (every VM does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_policy: Option<String>,
+    #[serde(flatten)]
+    pub other: Other,
+}
+
+/// KubeVirt's reference policies.
+pub const REFERENCE_POLICIES: [&str; 3] = ["reference", "expand", "expandAll"];
 
 /// How live migrations run (`v1.MigrationConfiguration`). Unset fields take KubeVirt's
 /// defaults, which [`MigrationConfiguration`]'s accessors return.
@@ -221,6 +239,9 @@ pub struct DeveloperConfiguration {
     pub use_emulation: Option<bool>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub feature_gates: Vec<String>,
+    /// Beta gates turned off (KubeVirt's beta gates are on by default).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disabled_feature_gates: Vec<String>,
     #[serde(flatten)]
     pub other: Other,
 }
@@ -260,4 +281,21 @@ pub struct KubeVirtStatus {
     pub default_architecture: Option<String>,
     #[serde(flatten)]
     pub other: Other,
+}
+
+/// Of the KubeVirt CRs a component has read (a reflector's listing, in no particular order),
+/// the one whose configuration it applies: the oldest, then by namespace and name. Every
+/// reader of the same listing picks the same CR, so the configuration a component uses and the
+/// resourceVersion its `/healthz` reports ([`crate::healthz`]) are of one object.
+pub fn in_force<K: AsRef<KubeVirt>>(kubevirts: &[K]) -> Option<&KubeVirt> {
+    kubevirts.iter().map(AsRef::as_ref).min_by(|a, b| {
+        let key = |kv: &KubeVirt| {
+            (
+                kv.metadata.creation_timestamp.clone(),
+                kv.metadata.namespace.clone(),
+                kv.metadata.name.clone(),
+            )
+        };
+        key(a).cmp(&key(b))
+    })
 }

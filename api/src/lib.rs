@@ -13,11 +13,14 @@
 // duplicated attributes.
 #![allow(clippy::duplicated_attributes)]
 
+pub mod clone;
 pub mod condition;
 pub mod crd;
 pub mod defaults;
 pub mod domain;
 pub mod duration;
+pub mod healthz;
+pub mod instancetype;
 pub mod kubevirt;
 #[rustfmt::skip]
 pub mod kubevirt_fields;
@@ -31,6 +34,7 @@ pub mod replicaset;
 mod schema;
 pub mod selector;
 pub mod siblings;
+pub mod snapshot;
 pub mod validation;
 pub mod vm;
 pub mod vmi;

@@ -203,14 +203,6 @@ const fn only(name: &'static str) -> Version {
     }
 }
 
-const fn older(name: &'static str) -> Version {
-    Version {
-        name,
-        storage: false,
-        deprecation_warning: None,
-    }
-}
-
 const fn column(name: &'static str, type_: &'static str, json_path: &'static str) -> Column {
     Column {
         name,
@@ -219,21 +211,13 @@ const fn column(name: &'static str, type_: &'static str, json_path: &'static str
     }
 }
 
-const V1BETA1: &[Version] = &[only("v1beta1")];
-/// A v1alpha1 still served, v1beta1 stored.
-const V1ALPHA1_V1BETA1: &[Version] = &[older("v1alpha1"), only("v1beta1")];
 const V1ALPHA1: &[Version] = &[only("v1alpha1")];
 
-const INSTANCETYPE: &str = "instancetype.kubevirt.io";
-const SNAPSHOT: &str = "snapshot.kubevirt.io";
 const BACKUP: &str = "backup.kubevirt.io";
 
 const PHASE: Column = column("Phase", "string", ".status.phase");
 const SOURCE_KIND: Column = column("SourceKind", "string", ".spec.source.kind");
 const SOURCE_NAME: Column = column("SourceName", "string", ".spec.source.name");
-const READY_TO_USE: Column = column("ReadyToUse", "boolean", ".status.readyToUse");
-const CREATION_TIME: Column = column("CreationTime", "date", ".status.creationTime");
-const ERROR: Column = column("Error", "string", ".status.error.message");
 
 /// Every sibling kind, in the order of KubeVirt's install strategy
 /// (`GenerateCurrentInstallStrategy`), names and versions as in its `components/crds.go`.
@@ -258,109 +242,6 @@ pub const ALL: &[Sibling] = &[
         condition: NOT_READY,
     },
     Sibling {
-        group: SNAPSHOT,
-        kind: "VirtualMachineSnapshot",
-        plural: "virtualmachinesnapshots",
-        singular: "virtualmachinesnapshot",
-        scope: Scope::Namespaced,
-        short_names: &["vmsnapshot", "vmsnapshots"],
-        categories: ALL_CATEGORY,
-        versions: V1ALPHA1_V1BETA1,
-        columns: &[
-            SOURCE_KIND,
-            SOURCE_NAME,
-            PHASE,
-            READY_TO_USE,
-            CREATION_TIME,
-            ERROR,
-        ],
-        condition: NOT_READY,
-    },
-    Sibling {
-        group: SNAPSHOT,
-        kind: "VirtualMachineSnapshotContent",
-        plural: "virtualmachinesnapshotcontents",
-        singular: "virtualmachinesnapshotcontent",
-        scope: Scope::Namespaced,
-        short_names: &["vmsnapshotcontent", "vmsnapshotcontents"],
-        categories: ALL_CATEGORY,
-        versions: V1ALPHA1_V1BETA1,
-        columns: &[READY_TO_USE, CREATION_TIME, ERROR],
-        // KubeVirt's content has no conditions (readyToUse and error only).
-        condition: NOT_READY,
-    },
-    Sibling {
-        group: SNAPSHOT,
-        kind: "VirtualMachineRestore",
-        plural: "virtualmachinerestores",
-        singular: "virtualmachinerestore",
-        scope: Scope::Namespaced,
-        short_names: &["vmrestore", "vmrestores"],
-        categories: ALL_CATEGORY,
-        versions: V1ALPHA1_V1BETA1,
-        columns: &[
-            column("TargetKind", "string", ".spec.target.kind"),
-            column("TargetName", "string", ".spec.target.name"),
-            column("Complete", "boolean", ".status.complete"),
-            column("RestoreTime", "date", ".status.restoreTime"),
-        ],
-        condition: NOT_READY,
-    },
-    Sibling {
-        group: INSTANCETYPE,
-        kind: "VirtualMachineInstancetype",
-        plural: "virtualmachineinstancetypes",
-        singular: "virtualmachineinstancetype",
-        scope: Scope::Namespaced,
-        short_names: &["vminstancetype", "vminstancetypes", "vmf", "vmfs"],
-        categories: ALL_CATEGORY,
-        versions: V1BETA1,
-        columns: &[],
-        // KubeVirt's instance types and preferences have no status.
-        condition: NOT_READY,
-    },
-    Sibling {
-        group: INSTANCETYPE,
-        kind: "VirtualMachineClusterInstancetype",
-        plural: "virtualmachineclusterinstancetypes",
-        singular: "virtualmachineclusterinstancetype",
-        scope: Scope::Cluster,
-        short_names: &[
-            "vmclusterinstancetype",
-            "vmclusterinstancetypes",
-            "vmcf",
-            "vmcfs",
-        ],
-        categories: &[],
-        versions: V1BETA1,
-        columns: &[],
-        condition: NOT_READY,
-    },
-    Sibling {
-        group: INSTANCETYPE,
-        kind: "VirtualMachinePreference",
-        plural: "virtualmachinepreferences",
-        singular: "virtualmachinepreference",
-        scope: Scope::Namespaced,
-        short_names: &["vmpref", "vmprefs", "vmp", "vmps"],
-        categories: ALL_CATEGORY,
-        versions: V1BETA1,
-        columns: &[],
-        condition: NOT_READY,
-    },
-    Sibling {
-        group: INSTANCETYPE,
-        kind: "VirtualMachineClusterPreference",
-        plural: "virtualmachineclusterpreferences",
-        singular: "virtualmachineclusterpreference",
-        scope: Scope::Cluster,
-        short_names: &["vmcp", "vmcps"],
-        categories: &[],
-        versions: V1BETA1,
-        columns: &[],
-        condition: NOT_READY,
-    },
-    Sibling {
         group: "export.kubevirt.io",
         kind: "VirtualMachineExport",
         plural: "virtualmachineexports",
@@ -379,22 +260,6 @@ pub const ALL: &[Sibling] = &[
             only("v1"),
         ],
         columns: &[SOURCE_KIND, SOURCE_NAME, PHASE],
-        condition: NOT_READY,
-    },
-    Sibling {
-        group: "clone.kubevirt.io",
-        kind: "VirtualMachineClone",
-        plural: "virtualmachineclones",
-        singular: "virtualmachineclone",
-        scope: Scope::Namespaced,
-        short_names: &["vmclone", "vmclones"],
-        categories: ALL_CATEGORY,
-        versions: V1ALPHA1_V1BETA1,
-        columns: &[
-            PHASE,
-            column("SourceVirtualMachine", "string", ".spec.source.name"),
-            column("TargetVirtualMachine", "string", ".spec.target.name"),
-        ],
         condition: NOT_READY,
     },
     Sibling {

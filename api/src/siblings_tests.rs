@@ -12,72 +12,11 @@ const KUBEVIRT: &[(&str, &str, &str, &[&str], &[&str])] = &[
         &["vmipreset", "vmipresets"],
     ),
     (
-        "virtualmachinesnapshots.snapshot.kubevirt.io",
-        "VirtualMachineSnapshot",
-        "Namespaced",
-        &["v1alpha1", "v1beta1*"],
-        &["vmsnapshot", "vmsnapshots"],
-    ),
-    (
-        "virtualmachinesnapshotcontents.snapshot.kubevirt.io",
-        "VirtualMachineSnapshotContent",
-        "Namespaced",
-        &["v1alpha1", "v1beta1*"],
-        &["vmsnapshotcontent", "vmsnapshotcontents"],
-    ),
-    (
-        "virtualmachinerestores.snapshot.kubevirt.io",
-        "VirtualMachineRestore",
-        "Namespaced",
-        &["v1alpha1", "v1beta1*"],
-        &["vmrestore", "vmrestores"],
-    ),
-    (
-        "virtualmachineinstancetypes.instancetype.kubevirt.io",
-        "VirtualMachineInstancetype",
-        "Namespaced",
-        &["v1beta1*"],
-        &["vminstancetype", "vminstancetypes", "vmf", "vmfs"],
-    ),
-    (
-        "virtualmachineclusterinstancetypes.instancetype.kubevirt.io",
-        "VirtualMachineClusterInstancetype",
-        "Cluster",
-        &["v1beta1*"],
-        &[
-            "vmclusterinstancetype",
-            "vmclusterinstancetypes",
-            "vmcf",
-            "vmcfs",
-        ],
-    ),
-    (
-        "virtualmachinepreferences.instancetype.kubevirt.io",
-        "VirtualMachinePreference",
-        "Namespaced",
-        &["v1beta1*"],
-        &["vmpref", "vmprefs", "vmp", "vmps"],
-    ),
-    (
-        "virtualmachineclusterpreferences.instancetype.kubevirt.io",
-        "VirtualMachineClusterPreference",
-        "Cluster",
-        &["v1beta1*"],
-        &["vmcp", "vmcps"],
-    ),
-    (
         "virtualmachineexports.export.kubevirt.io",
         "VirtualMachineExport",
         "Namespaced",
         &["v1beta1", "v1*"],
         &["vmexport", "vmexports"],
-    ),
-    (
-        "virtualmachineclones.clone.kubevirt.io",
-        "VirtualMachineClone",
-        "Namespaced",
-        &["v1alpha1", "v1beta1*"],
-        &["vmclone", "vmclones"],
     ),
     (
         "virtualmachinebackups.backup.kubevirt.io",
@@ -181,11 +120,11 @@ fn deprecated_versions_carry_kubevirts_warning() {
 
 #[test]
 fn the_condition_names_the_kind_and_its_stored_version() {
-    let snapshot = find(SNAPSHOT, "VirtualMachineSnapshot").unwrap();
-    assert_eq!(snapshot.api_version(), "snapshot.kubevirt.io/v1beta1");
+    let backup = find("backup.kubevirt.io", "VirtualMachineBackup").unwrap();
+    assert_eq!(backup.api_version(), "backup.kubevirt.io/v1alpha1");
     assert_eq!(
-        snapshot.not_supported_message(),
-        "VirtualMachineSnapshot (snapshot.kubevirt.io/v1beta1) is not supported by Ferrovirt"
+        backup.not_supported_message(),
+        "VirtualMachineBackup (backup.kubevirt.io/v1alpha1) is not supported by Ferrovirt"
     );
     let export = find("export.kubevirt.io", "VirtualMachineExport").unwrap();
     assert_eq!(export.storage_version(), "v1");

@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::condition::Condition;
+use crate::instancetype::{Matcher, StatusRef};
 use crate::other::Other;
 use crate::vmi::VirtualMachineInstanceSpec;
 
@@ -51,6 +52,12 @@ pub struct VirtualMachineSpec {
     pub running: Option<bool>,
     /// The VMI this VM runs.
     pub template: VirtualMachineInstanceTemplateSpec,
+    /// The instance type that sizes the VM (`v1.InstancetypeMatcher`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instancetype: Option<Matcher>,
+    /// The preference that fills in the rest of its hardware (`v1.PreferenceMatcher`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preference: Option<Matcher>,
     #[serde(flatten)]
     pub other: Other,
 }
@@ -137,6 +144,21 @@ pub struct VirtualMachineStatus {
     pub observed_generation: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub desired_generation: Option<i64>,
+    /// The instance type in use and the ControllerRevision that stores it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instancetype_ref: Option<StatusRef>,
+    /// The preference in use and the ControllerRevision that stores it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preference_ref: Option<StatusRef>,
+    /// The snapshot that holds the VM locked (`snapshot.kubevirt.io`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_in_progress: Option<String>,
+    /// The restore that is writing the VM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_in_progress: Option<String>,
+    /// For each volume, whether a snapshot would hold its data, and why not.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volume_snapshot_statuses: Vec<crate::snapshot::VolumeSnapshotStatus>,
     #[serde(flatten)]
     pub other: Other,
 }

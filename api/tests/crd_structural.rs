@@ -151,8 +151,13 @@ fn names_and_subresources_are_kubevirts() {
     assert_eq!(crds.len(), want.len());
     assert_eq!(
         self::crds().len(),
-        want.len() + 2 + api::siblings::ALL.len(),
-        "the pool, the migration policy and every sibling are installed too"
+        want.len()
+            + 2
+            + api::instancetype::Kind::ALL.len()
+            + api::snapshot::Kind::ALL.len()
+            + 1
+            + api::siblings::ALL.len(),
+        "the pool, the migration policy, the instance type, preference, snapshot and clone kinds and every sibling are installed too"
     );
     for (crd, (name, kind, short)) in crds.iter().zip(want) {
         assert_eq!(crd["metadata"]["name"], name);
@@ -212,14 +217,15 @@ fn printer_columns_point_at_fields() {
             .as_array()
             .cloned()
             .unwrap_or_default();
-        // Some of KubeVirt's sibling kinds (instance types, presets) have no columns, nor does
-        // its MigrationPolicy.
+        // Some of KubeVirt's sibling kinds (presets) have no columns, nor do its MigrationPolicy
+        // and its instance types and preferences.
         let sibling = api::siblings::find(
             crd["spec"]["group"].as_str().unwrap(),
             crd["spec"]["names"]["kind"].as_str().unwrap(),
         )
         .is_some()
-            || crd["spec"]["names"]["kind"] == "MigrationPolicy";
+            || crd["spec"]["names"]["kind"] == "MigrationPolicy"
+            || crd["spec"]["group"] == api::instancetype::GROUP;
         assert!(
             sibling || !columns.is_empty(),
             "{}: no printer columns",

@@ -13,10 +13,7 @@ fn dir() -> std::path::PathBuf {
 
 const TABLE: &[(&str, Outcome)] = &[
     ("migration-job.yaml", Outcome::Accepted),
-    (
-        "vm-cirros-clarge.yaml",
-        Outcome::Refused(&["spec.instancetype"]),
-    ),
+    ("vm-cirros-clarge.yaml", Outcome::Accepted),
     ("vm-cirros.yaml", Outcome::Accepted),
     ("vm-pool-cirros.yaml", Outcome::Accepted),
     ("vmi-ephemeral.yaml", Outcome::Accepted),

@@ -10,10 +10,7 @@ use common::Outcome;
 const TABLE: &[(&str, Outcome)] = &[
     ("migration-demo.yaml", Outcome::Accepted),
     ("vm-demo.yaml", Outcome::Accepted),
-    (
-        "vm-instancetype.yaml",
-        Outcome::Refused(&["spec.instancetype"]),
-    ),
+    ("vm-instancetype.yaml", Outcome::Accepted),
     ("vm-pool.yaml", Outcome::Accepted),
     ("vmi-demo.yaml", Outcome::Accepted),
     ("vmi-kernel-boot.yaml", Outcome::Accepted),

@@ -56,6 +56,25 @@ pub fn validate_kubevirt(kv: &KubeVirt) -> Result<(), Vec<FieldError>> {
             &at,
             &mut errors,
         );
+        if let Some(instancetype) = &configuration.instancetype {
+            let at = at.child("instancetype");
+            reject_other_settings(
+                &instancetype.other,
+                "v1.InstancetypeConfiguration",
+                &at,
+                &mut errors,
+            );
+            if let Some(policy) = &instancetype.reference_policy {
+                let policies = crate::kubevirt::REFERENCE_POLICIES;
+                if !policies.contains(&policy.as_str()) {
+                    errors.push(FieldError::value_not_supported(
+                        at.child("referencePolicy"),
+                        policy,
+                        &format!("one of {policies:?}"),
+                    ));
+                }
+            }
+        }
         if let Some(developer) = &configuration.developer_configuration {
             let at = at.child("developerConfiguration");
             reject_other_settings(
@@ -64,10 +83,17 @@ pub fn validate_kubevirt(kv: &KubeVirt) -> Result<(), Vec<FieldError>> {
                 &at,
                 &mut errors,
             );
-            for (i, gate) in developer.feature_gates.iter().enumerate() {
+            let gates = [
+                ("featureGates", &developer.feature_gates),
+                ("disabledFeatureGates", &developer.disabled_feature_gates),
+            ];
+            for (field, gate, i) in gates
+                .iter()
+                .flat_map(|(f, list)| list.iter().enumerate().map(move |(i, g)| (*f, g, i)))
+            {
                 if !KNOWN_FEATURE_GATES.contains(&gate.as_str()) {
                     errors.push(FieldError::value_not_supported(
-                        at.child("featureGates").index(i),
+                        at.child(field).index(i),
                         gate,
                         &format!("known feature gates are {KNOWN_FEATURE_GATES:?}"),
                     ));

@@ -52,11 +52,12 @@ pub(super) fn validate_interface(interface: &Interface, at: &Path, errors: &mut 
             ));
         }
     }
-    if let Some(mac) = &interface.mac_address {
+    // An empty MAC address is none (a clone writes one to have a new address made).
+    if let Some(mac) = interface.mac_address.as_ref().filter(|m| !m.is_empty()) {
         if !is_unicast_mac(mac) {
             errors.push(FieldError::invalid(
                 at.child("macAddress"),
-                format!("{mac:?} must be a unicast MAC address of the form 02:00:00:00:00:01"),
+                format!("{mac:?} must be a unicast MAC address of the form 02:00:00:00:00:01 or 02-00-00-00-00-01"),
             ));
         }
     }
@@ -81,12 +82,7 @@ pub(super) fn validate_interface(interface: &Interface, at: &Path, errors: &mut 
 }
 
 fn is_unicast_mac(mac: &str) -> bool {
-    let bytes: Vec<_> = mac.split(':').collect();
-    bytes.len() == 6
-        && bytes
-            .iter()
-            .all(|b| b.len() == 2 && b.bytes().all(|c| c.is_ascii_hexdigit()))
-        && u8::from_str_radix(bytes[0], 16).is_ok_and(|first| first & 1 == 0)
+    crate::domain::parse_mac_address(mac).is_some_and(|bytes| bytes[0] & 1 == 0)
 }
 
 pub(super) fn validate_networks(

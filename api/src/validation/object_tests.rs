@@ -30,9 +30,22 @@ fn vm_rules() {
             vec![("spec.template.spec", Required)],
         ),
         (
-            "instancetype",
-            vm(json!({"instancetype": {"name": "u1.small"}})),
-            vec![("spec.instancetype", NotSupported)],
+            "an instancetype by name",
+            vm(
+                json!({"instancetype": {"name": "u1.small"}, "preference": {"name": "p", "kind": "VirtualMachinePreference"}}),
+            ),
+            vec![],
+        ),
+        (
+            "an instancetype inferred from a volume, a matcher naming nothing, a bad kind",
+            vm(
+                json!({"instancetype": {"inferFromVolume": "disk0"}, "preference": {"kind": "Pod"}}),
+            ),
+            vec![
+                ("spec.instancetype.inferFromVolume", NotSupported),
+                ("spec.preference", Required),
+                ("spec.preference.kind", Invalid),
+            ],
         ),
     ]);
 }

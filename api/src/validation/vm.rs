@@ -1,5 +1,6 @@
 //! Validation of `VirtualMachine`.
 
+use crate::instancetype::{Kind, Matcher, Reference};
 use crate::other::reject_other;
 use crate::vm::{
     RunStrategy, VirtualMachine, VirtualMachineInstanceTemplateSpec, VirtualMachineSpec,
@@ -32,7 +33,55 @@ pub(crate) fn validate_vm_spec(vm: &VirtualMachineSpec, spec: &Path, errors: &mu
             ));
         }
     }
+    for (matcher, field, kind) in [
+        (&vm.instancetype, "instancetype", "InstancetypeMatcher"),
+        (&vm.preference, "preference", "PreferenceMatcher"),
+    ] {
+        if let Some(matcher) = matcher {
+            validate_matcher(matcher, &spec.child(field), kind, errors);
+        }
+    }
     validate_template(&vm.template, &spec.child("template"), errors);
+}
+
+/// A VM's `spec.instancetype` or `spec.preference`: KubeVirt's rules; inferring the name from a
+/// volume is refused.
+fn validate_matcher(matcher: &Matcher, path: &Path, kind: &str, errors: &mut Vec<FieldError>) {
+    reject_other(&matcher.other, &format!("v1.{kind}"), path, errors);
+    if matcher
+        .infer_from_volume
+        .as_deref()
+        .is_some_and(|v| !v.is_empty())
+    {
+        errors.push(FieldError::new(
+            path.child("inferFromVolume"),
+            crate::FieldErrorKind::NotSupported,
+            "not supported by ferrovirt: name the instance type or preference",
+        ));
+    } else if matcher.name().is_none() && matcher.revision_name().is_none() {
+        errors.push(FieldError::new(
+            path.clone(),
+            crate::FieldErrorKind::Required,
+            format!("Either Name or InferFromVolume should be provided within the {kind}"),
+        ));
+    }
+    if matcher.infer_from_volume_failure_policy.is_some() {
+        errors.push(FieldError::new(
+            path.child("inferFromVolumeFailurePolicy"),
+            crate::FieldErrorKind::NotSupported,
+            "not supported by ferrovirt: inferFromVolume is not",
+        ));
+    }
+    if let Err(message) = Kind::of(
+        if kind == "InstancetypeMatcher" {
+            Reference::Instancetype
+        } else {
+            Reference::Preference
+        },
+        matcher.kind.as_deref(),
+    ) {
+        errors.push(FieldError::invalid(path.child("kind"), message));
+    }
 }
 
 /// Validates a VMI template (of a VM or a replica set) found at `path`.
