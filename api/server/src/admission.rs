@@ -11,9 +11,21 @@
 //!   the rule that its spec is immutable. A denial carries `status.code` 422, reason `Invalid`,
 //!   a message listing each `field: message`, and `status.details.causes` with `field` and
 //!   `reason`, so `kubectl apply` shows the field paths.
+//!
+//! A VM is validated with what its `spec.instancetype` and `spec.preference` were found to be
+//! ([`References`], looked up by the server before the review): KubeVirt's conflict and
+//! preference requirement checks, and the VM judged as it will run. The instance type and
+//! preference kinds (`instancetype.kubevirt.io`) have validating webhooks of their own, and so
+//! do snapshots, restores and clones (`snapshot.kubevirt.io`, `clone.kubevirt.io`), judged with
+//! what the server looked up ([`SnapshotFacts`]). A VM being snapshotted keeps its volumes, one
+//! being restored its run strategy.
 
+use api::clone;
+use api::instancetype::{self as instancetype, Kind, Reference};
 use api::object::KubeVirtObject;
+use api::snapshot::{self, VirtualMachineRestore, VirtualMachineSnapshot};
 use api::validation::{validate_pool_update, validate_vmi_update, FieldError};
+use api::vm::VirtualMachine;
 use api::{VirtualMachineInstance, VirtualMachinePool};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::{DynamicObject, Status};
@@ -34,14 +46,55 @@ pub const RESOURCES: &[(&str, &str)] = &[
     ("kubevirts", "KubeVirt"),
     ("virtualmachinepools", "VirtualMachinePool"),
     ("migrationpolicies", "MigrationPolicy"),
+    ("virtualmachineinstancetypes", "VirtualMachineInstancetype"),
+    (
+        "virtualmachineclusterinstancetypes",
+        "VirtualMachineClusterInstancetype",
+    ),
+    ("virtualmachinepreferences", "VirtualMachinePreference"),
+    (
+        "virtualmachineclusterpreferences",
+        "VirtualMachineClusterPreference",
+    ),
+    ("virtualmachinesnapshots", "VirtualMachineSnapshot"),
+    ("virtualmachinerestores", "VirtualMachineRestore"),
+    ("virtualmachineclones", "VirtualMachineClone"),
 ];
 
 /// The API group, versions and validating webhook name of a resource of [`RESOURCES`], and
-/// whether it has a mutating webhook: the pool (`pool.kubevirt.io`) and the migration policy
-/// (`migrations.kubevirt.io`) have only a validating one, with KubeVirt's name, which KubeVirt's
-/// clients see in a denial.
+/// whether it has a mutating webhook: the pool (`pool.kubevirt.io`), the migration policy
+/// (`migrations.kubevirt.io`), the instance type and preference kinds
+/// (`instancetype.kubevirt.io`), snapshots and restores (`snapshot.kubevirt.io`) and clones
+/// (`clone.kubevirt.io`) have only a validating one, with KubeVirt's name, which
+/// KubeVirt's clients see in a denial.
 pub fn webhook_target(plural: &str) -> (&'static str, &'static [&'static str], String, bool) {
+    if let Some(kind) = Kind::of_plural(plural) {
+        return (
+            instancetype::GROUP,
+            &[instancetype::VERSION],
+            format!(
+                "{}-validator.{}",
+                kind.sibling().singular,
+                instancetype::GROUP
+            ),
+            false,
+        );
+    }
+    if let Some(kind) = snapshot::Kind::of_plural(plural) {
+        return (
+            snapshot::GROUP,
+            &["v1alpha1", "v1beta1"],
+            format!("{}-validator.{}", kind.sibling().singular, snapshot::GROUP),
+            false,
+        );
+    }
     match plural {
+        "virtualmachineclones" => (
+            clone::GROUP,
+            &["v1beta1"],
+            "vm-clone-validator.kubevirt.io".to_string(),
+            false,
+        ),
         "virtualmachinepools" => (
             "pool.kubevirt.io",
             &["v1alpha1", "v1beta1"],
@@ -88,6 +141,99 @@ pub enum Webhook {
     Validate,
 }
 
+/// What the server looked up for a review. For a VM, what its `spec.instancetype` and
+/// `spec.preference` were found to be: the specs to apply, `None` for one the VM does not name
+/// or that was not found (KubeVirt admits such a VM; virt-controller waits for what it names).
+/// For a snapshot or restore, what the cluster says about it ([`SnapshotFacts`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct References {
+    pub instancetype: Option<Value>,
+    pub preference: Option<Value>,
+    pub snapshots: SnapshotFacts,
+}
+
+/// What a new snapshot or restore is judged with.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SnapshotFacts {
+    /// The KubeVirt CR disables the `Snapshot` gate.
+    pub gate_off: bool,
+    /// The restores of the namespace with the same target that are not complete.
+    pub restores_in_progress: Vec<String>,
+}
+
+impl References {
+    /// Sets what `reference` was found to be.
+    pub fn set(&mut self, reference: Reference, spec: Option<Value>) {
+        match reference {
+            Reference::Instancetype => self.instancetype = spec,
+            Reference::Preference => self.preference = spec,
+        }
+    }
+}
+
+/// Whether a webhook call judges a VM with its [`References`] (which the caller looks up).
+pub fn needs_references(webhook: Webhook, resource: &str) -> bool {
+    webhook == Webhook::Validate && resource == "virtualmachines"
+}
+
+/// Whether a review of `resource` needs [`SnapshotFacts`] looked up: a snapshot, restore or
+/// clone.
+pub fn needs_snapshot_facts(webhook: Webhook, resource: &str) -> bool {
+    webhook == Webhook::Validate
+        && (snapshot::Kind::of_plural(resource).is_some() || resource == "virtualmachineclones")
+}
+
+/// The restore a CREATE review body carries: what to look the restores in progress up for.
+pub fn restore_of_review(body: &[u8]) -> Option<VirtualMachineRestore> {
+    let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body).ok()?;
+    let request: AdmissionRequest<DynamicObject> = review.try_into().ok()?;
+    if request.operation != Operation::Create {
+        return None;
+    }
+    let mut restore: VirtualMachineRestore =
+        serde_json::from_value(serde_json::to_value(request.object.as_ref()?).ok()?).ok()?;
+    if restore
+        .metadata
+        .namespace
+        .as_deref()
+        .unwrap_or_default()
+        .is_empty()
+    {
+        restore.metadata.namespace = request.namespace.clone();
+    }
+    Some(restore)
+}
+
+/// The VM of a CREATE or UPDATE AdmissionReview body, with the request's namespace when the
+/// object has none: what to look the references up for. `None` when there is nothing to look
+/// up (another operation, a VM being deleted, a VM that names neither, a body that does not
+/// parse: the review answers that).
+pub fn vm_of_review(body: &[u8]) -> Option<VirtualMachine> {
+    let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body).ok()?;
+    let request: AdmissionRequest<DynamicObject> = review.try_into().ok()?;
+    if !matches!(request.operation, Operation::Create | Operation::Update) {
+        return None;
+    }
+    let value = serde_json::to_value(request.object.as_ref()?).ok()?;
+    if value.pointer("/metadata/deletionTimestamp").is_some() {
+        return None;
+    }
+    let mut vm: VirtualMachine = serde_json::from_value(value).ok()?;
+    if vm.spec.instancetype.is_none() && vm.spec.preference.is_none() {
+        return None;
+    }
+    if vm
+        .metadata
+        .namespace
+        .as_deref()
+        .unwrap_or_default()
+        .is_empty()
+    {
+        vm.metadata.namespace = request.namespace.clone();
+    }
+    Some(vm)
+}
+
 /// Answers one AdmissionReview body for `resource` (the URL suffix).
 pub fn review(
     webhook: Webhook,
@@ -95,13 +241,24 @@ pub fn review(
     body: &[u8],
     config: &AdmissionConfig,
 ) -> Result<Vec<u8>, ReviewError> {
+    review_with(webhook, resource, body, config, &References::default())
+}
+
+/// [`review`], a VM being judged with what its references were found to be.
+pub fn review_with(
+    webhook: Webhook,
+    resource: &str,
+    body: &[u8],
+    config: &AdmissionConfig,
+    references: &References,
+) -> Result<Vec<u8>, ReviewError> {
     let review: AdmissionReview<DynamicObject> =
         serde_json::from_slice(body).map_err(ReviewError::Parse)?;
     let request: AdmissionRequest<DynamicObject> =
         review.try_into().map_err(|_| ReviewError::NoRequest)?;
     let response = match webhook {
         Webhook::Mutate => mutate(resource, &request),
-        Webhook::Validate => validate(resource, &request, config),
+        Webhook::Validate => validate(resource, &request, config, references),
     };
     encode_review(response)
 }
@@ -197,10 +354,20 @@ pub fn validate(
     resource: &str,
     request: &AdmissionRequest<DynamicObject>,
     config: &AdmissionConfig,
+    references: &References,
 ) -> AdmissionResponse {
     let response = AdmissionResponse::from(request);
     if !matches!(request.operation, Operation::Create | Operation::Update) {
         return response;
+    }
+    if let Some(kind) = Kind::of_plural(resource) {
+        return validate_instancetype_kind(response, kind, request.object.as_ref());
+    }
+    if let Some(kind) = snapshot::Kind::of_plural(resource) {
+        return validate_snapshot_kind(response, kind, request, &references.snapshots);
+    }
+    if resource == "virtualmachineclones" {
+        return validate_clone(response, request, &references.snapshots);
     }
     let (value, object) = match parse_object(resource, request.object.as_ref()) {
         Ok(parsed) => parsed,
@@ -214,6 +381,16 @@ pub fn validate(
         if let KubeVirtObject::VirtualMachineInstance(new) = &object {
             return validate_vmi_change(response, request, new, config);
         }
+        if let KubeVirtObject::VirtualMachine(new) = &object {
+            let old = match old_object::<VirtualMachine>(request) {
+                Ok(old) => old,
+                Err(message) => return deny(response, &message, &[]),
+            };
+            let errors = snapshot::validation::validate_vm_update(&old, new);
+            if !errors.is_empty() {
+                return deny(response, "", &errors);
+            }
+        }
         if let KubeVirtObject::VirtualMachinePool(new) = &object {
             let old = match old_object::<VirtualMachinePool>(request) {
                 Ok(old) => old,
@@ -225,9 +402,158 @@ pub fn validate(
             };
         }
     }
-    match object.validate() {
+    let validated = match &object {
+        KubeVirtObject::VirtualMachine(vm) => instancetype::validate_vm(
+            vm,
+            references.instancetype.as_ref(),
+            references.preference.as_ref(),
+        ),
+        other => other.validate(),
+    };
+    match validated {
         Ok(()) => response,
         Err(errors) => deny(response, "", &errors),
+    }
+}
+
+/// The webhook of an instance type or preference kind: KubeVirt's rules on its `spec`, and
+/// KubeVirt's warning for each deprecated CPU topology of a preference.
+fn validate_instancetype_kind(
+    mut response: AdmissionResponse,
+    kind: Kind,
+    object: Option<&DynamicObject>,
+) -> AdmissionResponse {
+    let Some(object) = object else {
+        return deny(response, "the request has no object", &[]);
+    };
+    let value = match serde_json::to_value(object) {
+        Ok(value) => value,
+        Err(e) => return deny(response, &e.to_string(), &[]),
+    };
+    let value_kind = value["kind"].as_str().unwrap_or_default();
+    if value_kind != kind.name() {
+        let message = format!("expected a {}, got a {value_kind}", kind.name());
+        return deny(response, &message, &[]);
+    }
+    if value.pointer("/metadata/deletionTimestamp").is_some() {
+        return response;
+    }
+    let spec = &value["spec"];
+    let errors = match kind.reference() {
+        Reference::Instancetype => instancetype::validation::validate_instancetype(spec),
+        Reference::Preference => instancetype::validation::validate_preference(spec),
+    };
+    if !errors.is_empty() {
+        return deny(response, "", &errors);
+    }
+    if kind.reference() == Reference::Preference {
+        let topology = spec["cpu"]["preferredCPUTopology"].as_str();
+        if let Some(replacement) = topology.and_then(|t| t.strip_prefix("prefer")) {
+            let replacement = replacement.to_ascii_lowercase();
+            let topology = topology.unwrap_or_default();
+            response.warnings = Some(vec![format!(
+                "PreferredCPUTopology {topology} is deprecated for removal in a future release, please use {replacement} instead"
+            )]);
+        }
+    }
+    response
+}
+
+/// The webhook of a snapshot or restore: KubeVirt's rules on a new one (with the `Snapshot`
+/// gate), and its spec unchanged on an update.
+fn validate_snapshot_kind(
+    response: AdmissionResponse,
+    kind: snapshot::Kind,
+    request: &AdmissionRequest<DynamicObject>,
+    facts: &SnapshotFacts,
+) -> AdmissionResponse {
+    use snapshot::validation as rules;
+    let Some(object) = request.object.as_ref() else {
+        return deny(response, "the request has no object", &[]);
+    };
+    let value = match serde_json::to_value(object) {
+        Ok(value) => value,
+        Err(e) => return deny(response, &e.to_string(), &[]),
+    };
+    let value_kind = value["kind"].as_str().unwrap_or_default();
+    if value_kind != kind.sibling().kind {
+        let message = format!("expected a {}, got a {value_kind}", kind.sibling().kind);
+        return deny(response, &message, &[]);
+    }
+    if value.pointer("/metadata/deletionTimestamp").is_some() {
+        return response;
+    }
+    let update = request.operation == Operation::Update;
+    let errors = match kind {
+        snapshot::Kind::Snapshot => {
+            let new: VirtualMachineSnapshot = match serde_json::from_value(value) {
+                Ok(new) => new,
+                Err(e) => return deny(response, &e.to_string(), &[]),
+            };
+            if update {
+                match old_object::<VirtualMachineSnapshot>(request) {
+                    Ok(old) => rules::validate_spec_unchanged(&old.spec, &new.spec),
+                    Err(message) => return deny(response, &message, &[]),
+                }
+            } else if facts.gate_off {
+                return deny(response, rules::SNAPSHOT_GATE_OFF, &[]);
+            } else {
+                rules::validate_snapshot(&new)
+            }
+        }
+        snapshot::Kind::Restore => {
+            let new: VirtualMachineRestore = match serde_json::from_value(value) {
+                Ok(new) => new,
+                Err(e) => return deny(response, &e.to_string(), &[]),
+            };
+            if update {
+                match old_object::<VirtualMachineRestore>(request) {
+                    Ok(old) => rules::validate_spec_unchanged(&old.spec, &new.spec),
+                    Err(message) => return deny(response, &message, &[]),
+                }
+            } else if facts.gate_off {
+                return deny(response, rules::RESTORE_GATE_OFF, &[]);
+            } else {
+                rules::validate_restore(&new, &facts.restores_in_progress)
+            }
+        }
+        snapshot::Kind::Content => Vec::new(),
+    };
+    if errors.is_empty() {
+        response
+    } else {
+        deny(response, "", &errors)
+    }
+}
+
+/// The webhook of a clone: the `Snapshot` gate on a new one, and KubeVirt's rules.
+fn validate_clone(
+    response: AdmissionResponse,
+    request: &AdmissionRequest<DynamicObject>,
+    facts: &SnapshotFacts,
+) -> AdmissionResponse {
+    let Some(object) = request.object.as_ref() else {
+        return deny(response, "the request has no object", &[]);
+    };
+    let value = match serde_json::to_value(object) {
+        Ok(value) => value,
+        Err(e) => return deny(response, &e.to_string(), &[]),
+    };
+    if value.pointer("/metadata/deletionTimestamp").is_some() {
+        return response;
+    }
+    if request.operation == Operation::Create && facts.gate_off {
+        return deny(response, clone::GATE_OFF, &[]);
+    }
+    let clone: clone::VirtualMachineClone = match serde_json::from_value(value) {
+        Ok(clone) => clone,
+        Err(e) => return deny(response, &e.to_string(), &[]),
+    };
+    let errors = clone::validate(&clone);
+    if errors.is_empty() {
+        response
+    } else {
+        deny(response, "", &errors)
     }
 }
 

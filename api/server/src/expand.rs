@@ -4,20 +4,20 @@
 //! - `PUT .../namespaces/{ns}/expand-vm-spec` expands the VM in the body. The body must be a
 //!   VirtualMachine (400 otherwise) whose `metadata.namespace` is empty or `{ns}` (400
 //!   "VM namespace must be empty or {ns}"); the answer carries `{ns}`.
-//! - `GET .../namespaces/{ns}/virtualmachines/{name}/expand-spec` expands the stored VM.
+//!   Expansion errors are 400 with the error's text.
+//! - `GET .../namespaces/{ns}/virtualmachines/{name}/expand-spec` expands the stored VM (with
+//!   the ControllerRevisions its status records). Expansion errors are 500 InternalError.
 //!
-//! Ferrovirt has no instancetypes or preferences (their CRDs are served with a NotSupported
-//! condition), so expanding is the identity: a VM without `spec.instancetype` and
-//! `spec.preference` comes back unchanged, as in KubeVirt; one that names either is refused
-//! with 422 Invalid and the field path, instead of being answered without what it asks for.
+//! A VM that names neither an instance type nor a preference comes back unchanged (without
+//! defaults). Otherwise both are found as virt-controller finds them, applied to the template
+//! (KubeVirt's conflict message when the VM sets what the instance type owns), the VMI
+//! defaults applied, and the references and their status removed.
 
+use api::instancetype::{find, Reference};
 use api::vm::VirtualMachine;
 use kube::{Api, Client};
 
 use crate::status::ApiError;
-
-/// The `spec` fields that refer to an instancetype or a preference.
-const REFERENCES: [&str; 2] = ["instancetype", "preference"];
 
 /// KubeVirt's message for a body it cannot unmarshal.
 fn unmarshal_error(error: impl std::fmt::Display) -> ApiError {
@@ -53,19 +53,21 @@ pub fn vm_from_body(body: &[u8], namespace: &str) -> Result<VirtualMachine, ApiE
     Ok(vm)
 }
 
-/// The VM with its instancetype and preference applied: the VM itself when it has neither,
-/// 422 naming each field it sets otherwise. A `null` field sets nothing.
-pub fn expand(vm: VirtualMachine) -> Result<VirtualMachine, ApiError> {
-    let refused: Vec<String> = REFERENCES
-        .into_iter()
-        .filter(|field| vm.spec.other.get(*field).is_some_and(|v| !v.is_null()))
-        .map(|field| format!("spec.{field}: not supported by ferrovirt"))
-        .collect();
-    if refused.is_empty() {
-        Ok(vm)
-    } else {
-        Err(ApiError::invalid(refused.join(", ")))
+pub use api::instancetype::{expand_vm as expand_with, names_any};
+
+/// The VM with its instance type and preference found and applied ([`api::instancetype::expand_vm`]); the
+/// text of the error when either cannot be found or applied.
+pub async fn expand(client: &Client, vm: VirtualMachine) -> Result<VirtualMachine, String> {
+    if !names_any(&vm) {
+        return Ok(vm);
     }
+    let instancetype = find::find(client, &vm, Reference::Instancetype).await?;
+    let preference = find::find(client, &vm, Reference::Preference).await?;
+    expand_with(
+        &vm,
+        instancetype.as_ref().map(|f| &f.spec),
+        preference.as_ref().map(|f| &f.spec),
+    )
 }
 
 /// Reads the stored VM for `expand-spec`; 404 when it does not exist.

@@ -66,9 +66,15 @@ pub fn service_account(c: &InstallConfig) -> ServiceAccount {
 }
 
 /// What virt-api does with the API: read VMs and VMIs, change run strategies, add state
-/// change requests, set a VMI grace period, create migrations, find virt-handler Pods, and ask
-/// SubjectAccessReviews.
+/// change requests, set a VMI grace period, create migrations, find virt-handler Pods, read
+/// instance types and preferences and the ControllerRevisions that store them (to admit and
+/// expand VMs), ask SubjectAccessReviews, and read the KubeVirt CR (whose resourceVersion
+/// `/healthz` reports).
 pub fn cluster_role() -> ClusterRole {
+    let instancetypes: Vec<&str> = api::instancetype::Kind::ALL
+        .iter()
+        .map(|k| k.plural())
+        .collect();
     typed(json!({
         "metadata": {"name": NAME, "labels": labels()},
         "rules": [
@@ -79,7 +85,15 @@ pub fn cluster_role() -> ClusterRole {
              "verbs": ["get", "patch", "update"]},
             {"apiGroups": ["kubevirt.io"], "resources": ["virtualmachineinstancemigrations"],
              "verbs": ["get", "list", "create"]},
+            {"apiGroups": ["kubevirt.io"], "resources": ["kubevirts"],
+             "verbs": ["get", "list", "watch"]},
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+            {"apiGroups": [api::instancetype::GROUP], "resources": instancetypes,
+             "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["apps"], "resources": ["controllerrevisions"], "verbs": ["get"]},
+            {"apiGroups": [api::snapshot::GROUP],
+             "resources": ["virtualmachinesnapshots", "virtualmachinesnapshotcontents", "virtualmachinerestores"],
+             "verbs": ["get", "list"]},
             {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"],
              "verbs": ["create"]},
         ]
@@ -298,6 +312,48 @@ mod tests {
         assert_eq!(vw.len(), RESOURCES.len());
         let vm = &vw[0];
         assert_eq!(vm.name, "virtualmachines-validator.kubevirt.io");
+        for (plural, name) in [
+            (
+                "virtualmachineinstancetypes",
+                "virtualmachineinstancetype-validator.instancetype.kubevirt.io",
+            ),
+            (
+                "virtualmachineclusterinstancetypes",
+                "virtualmachineclusterinstancetype-validator.instancetype.kubevirt.io",
+            ),
+            (
+                "virtualmachinepreferences",
+                "virtualmachinepreference-validator.instancetype.kubevirt.io",
+            ),
+            (
+                "virtualmachineclusterpreferences",
+                "virtualmachineclusterpreference-validator.instancetype.kubevirt.io",
+            ),
+        ] {
+            let hook = vw.iter().find(|h| h.name == name).expect(name);
+            let rule = &hook.rules.as_ref().unwrap()[0];
+            assert_eq!(
+                rule.api_groups.as_deref(),
+                Some(&["instancetype.kubevirt.io".to_string()][..])
+            );
+            assert_eq!(
+                rule.api_versions.as_deref(),
+                Some(&["v1beta1".to_string()][..])
+            );
+            assert_eq!(
+                rule.operations.as_deref(),
+                Some(&["CREATE".to_string(), "UPDATE".to_string()][..])
+            );
+            assert_eq!(rule.resources.as_deref(), Some(&[plural.to_string()][..]));
+            let path = hook.client_config.service.as_ref().unwrap().path.as_deref();
+            assert_eq!(path, Some(format!("/validate-{plural}").as_str()));
+            assert!(m
+                .webhooks
+                .as_ref()
+                .unwrap()
+                .iter()
+                .all(|h| !h.name.contains(plural)));
+        }
         let svc = vm.client_config.service.as_ref().unwrap();
         assert_eq!(svc.path.as_deref(), Some("/validate-virtualmachines"));
         assert_eq!(vm.client_config.ca_bundle.as_ref().unwrap().0, c.ca_bundle);
@@ -344,5 +400,26 @@ mod tests {
             c.service_account_user(),
             "system:serviceaccount:kubevirt:virt-api"
         );
+        let rules = cluster_role().rules.unwrap();
+        let allows = |group: &str, resource: &str, verb: &str| {
+            rules.iter().any(|r| {
+                r.api_groups.iter().flatten().any(|g| g == group)
+                    && r.resources.iter().flatten().any(|x| x == resource)
+                    && r.verbs.iter().any(|v| v == verb)
+            })
+        };
+        for kind in api::instancetype::Kind::ALL {
+            for verb in ["get", "list", "watch"] {
+                assert!(allows("instancetype.kubevirt.io", kind.plural(), verb));
+            }
+            assert!(!allows("instancetype.kubevirt.io", kind.plural(), "create"));
+        }
+        assert!(allows("apps", "controllerrevisions", "get"));
+        assert!(!allows("apps", "controllerrevisions", "create"));
+        // The KubeVirt CR whose resourceVersion /healthz reports: read and watched only.
+        for verb in ["get", "list", "watch"] {
+            assert!(allows("kubevirt.io", "kubevirts", verb));
+        }
+        assert!(!allows("kubevirt.io", "kubevirts", "update"));
     }
 }

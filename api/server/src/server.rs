@@ -36,6 +36,9 @@ pub struct ServerState {
     pub handlers: HandlerClient,
     pub request_header: RequestHeaderConfig,
     pub admission: AdmissionConfig,
+    /// The resourceVersion of the KubeVirt CR `/healthz` reports (virt-api applies none of its
+    /// configuration: it reports the CR it has read, as KubeVirt's tests expect of it).
+    pub config_version: api::healthz::ConfigVersion,
 }
 
 /// What the TLS handshake established about the peer.
@@ -175,7 +178,7 @@ async fn dispatch(
         }
         Route::Mutate(resource) => admit(state, Webhook::Mutate, &resource, request).await,
         Route::Validate(resource) => admit(state, Webhook::Validate, &resource, request).await,
-        Route::Healthz => Ok(json_response(StatusCode::OK, b"ok".to_vec())),
+        Route::Healthz => Ok(healthz(state).await),
         Route::ApiGroupList => {
             proxied_only()?;
             to_json(discovery::to_json(
@@ -218,10 +221,23 @@ async fn dispatch(
                 .ok_or_else(|| ApiError::unauthorized("no user in the front-proxy headers"))?;
             authorize(&state.client, &user, &Access::expand_vm_spec(&namespace)).await?;
             let body = read_body(request).await?;
-            let vm = expand::expand(expand::vm_from_body(&body, &namespace)?)?;
+            let vm = expand::vm_from_body(&body, &namespace)?;
+            let vm = expand::expand(&state.client, vm)
+                .await
+                .map_err(ApiError::bad_request)?;
             vm_response(&vm)
         }
     }
+}
+
+/// KubeVirt's `/healthz`: the API server's connectivity and version, and the KubeVirt CR's
+/// resourceVersion ([`api::healthz`]); 500 when the API server does not answer.
+async fn healthz(state: &ServerState) -> Response<Body> {
+    let (status, body) = api::healthz::answer(&state.client, &state.config_version).await;
+    json_response(
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        body,
+    )
 }
 
 async fn admit(
@@ -231,9 +247,78 @@ async fn admit(
     request: Request<Incoming>,
 ) -> Result<Response<Body>, ApiError> {
     let body = read_body(request).await?;
-    let answer = admission::review(webhook, resource, &body, &state.admission)
+    let mut references = if admission::needs_references(webhook, resource) {
+        match admission::vm_of_review(&body) {
+            Some(vm) => find_references(&state.client, &vm).await,
+            None => admission::References::default(),
+        }
+    } else {
+        admission::References::default()
+    };
+    if admission::needs_snapshot_facts(webhook, resource) {
+        references.snapshots = snapshot_facts(&state.client, &body).await?;
+    }
+    let answer = admission::review_with(webhook, resource, &body, &state.admission, &references)
         .map_err(|e| ApiError::bad_request(format!("{e}: {}", source_text(&e))))?;
     Ok(json_response(StatusCode::OK, answer))
+}
+
+/// What a VM's instance type and preference are, for its admission. As in KubeVirt, one that
+/// cannot be found (not yet created, a bad kind, ...) is left out: the VM is admitted and
+/// virt-controller reports it.
+async fn find_references(client: &Client, vm: &api::vm::VirtualMachine) -> admission::References {
+    use api::instancetype::{find, Reference};
+    let mut references = admission::References::default();
+    for reference in [Reference::Instancetype, Reference::Preference] {
+        match find::find(client, vm, reference).await {
+            Ok(found) => references.set(reference, found.map(|f| f.spec)),
+            Err(e) => log::info!(
+                "admitting VM {}/{} without its {}: {e}",
+                vm.metadata.namespace.as_deref().unwrap_or_default(),
+                vm.metadata.name.as_deref().unwrap_or_default(),
+                reference.field()
+            ),
+        }
+    }
+    references
+}
+
+/// Whether the `Snapshot` gate is off, and for a new restore the restores of its namespace
+/// with the same target that are not complete. A lookup that fails fails the review (KubeVirt's
+/// admitter answers its error too).
+async fn snapshot_facts(
+    client: &Client,
+    body: &[u8],
+) -> Result<admission::SnapshotFacts, ApiError> {
+    use api::snapshot::VirtualMachineRestore;
+    let lookup = |e: kube::Error| ApiError::internal(format!("looking up for the review: {e}"));
+    let kubevirts = Api::<api::KubeVirt>::all(client.clone())
+        .list(&Default::default())
+        .await
+        .map_err(lookup)?
+        .items
+        .into_iter()
+        .map(std::sync::Arc::new)
+        .collect::<Vec<_>>();
+    let mut facts = admission::SnapshotFacts {
+        gate_off: !api::snapshot::gate_enabled(api::kubevirt::in_force(&kubevirts)),
+        restores_in_progress: Vec::new(),
+    };
+    if let Some(restore) = admission::restore_of_review(body) {
+        let namespace = restore.metadata.namespace.clone().unwrap_or_default();
+        let restores = Api::<VirtualMachineRestore>::namespaced(client.clone(), &namespace)
+            .list(&Default::default())
+            .await
+            .map_err(lookup)?;
+        facts.restores_in_progress = restores
+            .items
+            .iter()
+            .filter(|r| r.spec.target == restore.spec.target)
+            .filter(|r| r.status.as_ref().and_then(|s| s.complete) != Some(true))
+            .filter_map(|r| r.metadata.name.clone())
+            .collect();
+    }
+    Ok(facts)
 }
 
 fn source_text(error: &dyn std::error::Error) -> String {
@@ -289,7 +374,10 @@ async fn subresource(
         }
         Subresource::ExpandSpec => {
             let vm = expand::load(client, ns, name).await?;
-            vm_response(&expand::expand(vm)?)
+            let vm = expand::expand(client, vm)
+                .await
+                .map_err(|e| ApiError::internal(format!("Internal error occurred: {e}")))?;
+            vm_response(&vm)
         }
         Subresource::SoftReboot => {
             let vmi = vmi_actions::load(client, ns, name).await?;

@@ -5,8 +5,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use api::healthz::ConfigVersion;
+use api::KubeVirt;
 use clap::Parser;
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube::runtime::{reflector, watcher, WatchStreamExt};
 use kube::{Api, Client};
 use virt_api::admission::AdmissionConfig;
 use virt_api::auth::{RequestHeaderConfig, AUTH_CONFIGMAP};
@@ -97,6 +101,7 @@ async fn run(args: Args) -> Result<(), StartError> {
     } else {
         args.privileged_users
     };
+    let config_version = watch_kubevirts(client.clone(), &args.handler_namespace);
     let state = Arc::new(ServerState {
         handlers: HandlerClient {
             client: client.clone(),
@@ -107,9 +112,27 @@ async fn run(args: Args) -> Result<(), StartError> {
         client,
         request_header,
         admission: AdmissionConfig { privileged_users },
+        config_version,
     });
     serve(args.listen, tls, state).await?;
     Ok(())
+}
+
+/// Watches the KubeVirt CR of the install namespace in the background, for the resourceVersion
+/// `/healthz` reports.
+fn watch_kubevirts(client: Client, namespace: &str) -> ConfigVersion {
+    let (kubevirts, writer) = reflector::store::<KubeVirt>();
+    tokio::spawn(
+        watcher(
+            Api::<KubeVirt>::namespaced(client, namespace),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .for_each(|_| futures::future::ready(())),
+    );
+    ConfigVersion::of_kubevirts(move || kubevirts.state())
 }
 
 #[tokio::main]
