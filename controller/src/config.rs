@@ -26,6 +26,9 @@ pub struct ClusterConfig {
     pub parallel_migrations_per_cluster: usize,
     /// `spec.configuration.migrations.parallelOutboundMigrationsPerNode`.
     pub parallel_outbound_migrations_per_node: usize,
+    /// `spec.configuration.instancetype.referencePolicy`: `reference`, `expand` or
+    /// `expandAll`.
+    pub instancetype_reference_policy: String,
 }
 
 impl Default for ClusterConfig {
@@ -42,6 +45,7 @@ impl Default for ClusterConfig {
                 as usize,
             parallel_outbound_migrations_per_node:
                 MigrationConfiguration::PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE as usize,
+            instancetype_reference_policy: "reference".into(),
         }
     }
 }
@@ -68,6 +72,13 @@ impl ClusterConfig {
             .and_then(|c| c.developer_configuration.as_ref())
             .and_then(|d| d.use_emulation)
             .unwrap_or(false);
+        self.instancetype_reference_policy = kv
+            .spec
+            .configuration
+            .as_ref()
+            .and_then(|c| c.instancetype.as_ref())
+            .and_then(|i| i.reference_policy.clone())
+            .unwrap_or_else(|| "reference".into());
         let migrations = MigrationConfiguration::of(Some(kv));
         self.parallel_migrations_per_cluster = migrations.per_cluster();
         self.parallel_outbound_migrations_per_node = migrations.outbound_per_node();

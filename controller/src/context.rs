@@ -36,7 +36,7 @@ impl Context {
     /// The config in force now: the environment's, with the KubeVirt CR's configuration.
     pub fn config(&self) -> ClusterConfig {
         let mut cfg = self.base.clone();
-        if let Some(kv) = self.kubevirts.state().first() {
+        if let Some(kv) = api::kubevirt::in_force(&self.kubevirts.state()) {
             cfg.apply_kubevirt(kv);
         }
         cfg
@@ -45,9 +45,7 @@ impl Context {
     /// The KubeVirt CR's `spec.configuration.migrations`, as of now (KubeVirt's defaults
     /// without a CR).
     pub fn migration_config(&self) -> api::kubevirt::MigrationConfiguration {
-        api::kubevirt::MigrationConfiguration::of(
-            self.kubevirts.state().first().map(|kv| kv.as_ref()),
-        )
+        api::kubevirt::MigrationConfiguration::of(api::kubevirt::in_force(&self.kubevirts.state()))
     }
 
     /// Records an event on `object`; a failure to record is logged, never fatal.

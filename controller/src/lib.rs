@@ -4,6 +4,7 @@
 //! Ferrovirt serves without implementing them, are marked not supported ([`unsupported`]).
 #![forbid(unsafe_code)]
 
+pub mod clone;
 pub mod config;
 pub mod context;
 mod error;
@@ -15,6 +16,7 @@ pub mod pod;
 pub mod pool;
 pub mod replicaset;
 pub mod run;
+pub mod snapshot;
 pub mod unsupported;
 pub mod vm;
 pub mod vmi;

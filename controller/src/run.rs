@@ -8,6 +8,7 @@ use contract::labels;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::Store;
 use kube::runtime::{reflector, watcher, WatchStreamExt};
 use kube::{Api, Client, ResourceExt};
 
@@ -15,19 +16,23 @@ use crate::config::ClusterConfig;
 use crate::context::Context;
 use crate::{vm, vmi, Error};
 
-/// Runs the VM, VMI, migration, replica set and pool controllers, and the one that marks the kinds Ferrovirt does
-/// not implement, until a shutdown signal.
-pub async fn run_controllers(client: Client, base: ClusterConfig) {
+/// Watches the KubeVirt CRs in the background. The store is where the controllers read their
+/// configuration from at each use ([`Context::config`]), so it is also what `/healthz` reports
+/// the version of; it runs before leader election, so that a standby replica reports too.
+pub fn watch_kubevirts(client: Client) -> Store<KubeVirt> {
     let (kubevirts, writer) = reflector::store::<KubeVirt>();
-    let kubevirt_watch = watcher(
-        Api::<KubeVirt>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .reflect(writer)
-    .applied_objects()
-    .for_each(|_| futures::future::ready(()));
+    let kubevirt_watch = watcher(Api::<KubeVirt>::all(client), watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .for_each(|_| futures::future::ready(()));
     tokio::spawn(kubevirt_watch);
+    kubevirts
+}
+
+/// Runs the VM, VMI, migration, replica set, pool, snapshot, restore and clone controllers, and
+/// the one that marks the kinds Ferrovirt does not implement, until a shutdown signal. `kubevirts`: from [`watch_kubevirts`].
+pub async fn run_controllers(client: Client, base: ClusterConfig, kubevirts: Store<KubeVirt>) {
     kubevirts.wait_until_ready().await.ok();
 
     let ctx = Context::new(client.clone(), kubevirts, base);
@@ -120,6 +125,66 @@ pub async fn run_controllers(client: Client, base: ClusterConfig) {
         }
         futures::future::ready(())
     });
+    let snapshot_controller = Controller::new(
+        Api::<api::snapshot::VirtualMachineSnapshot>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .watches(
+        Api::<api::snapshot::VirtualMachineSnapshotContent>::all(client.clone()),
+        watcher::Config::default(),
+        |content| crate::snapshot::take::of_content(&content),
+    )
+    .shutdown_on_signal()
+    .run(crate::snapshot::take::reconcile, error_policy, ctx.clone())
+    .for_each(|result| {
+        if let Err(e) = result {
+            log::debug!("snapshot reconcile: {e}");
+        }
+        futures::future::ready(())
+    });
+    let restore_controller = Controller::new(
+        Api::<api::snapshot::VirtualMachineRestore>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .shutdown_on_signal()
+    .run(
+        crate::snapshot::restore::reconcile,
+        error_policy,
+        ctx.clone(),
+    )
+    .for_each(|result| {
+        if let Err(e) = result {
+            log::debug!("restore reconcile: {e}");
+        }
+        futures::future::ready(())
+    });
+    let clones = Controller::new(
+        Api::<api::clone::VirtualMachineClone>::all(client.clone()),
+        watcher::Config::default(),
+    );
+    let clone_store = clones.store();
+    let clone_controller = clones
+        .owns(
+            Api::<api::snapshot::VirtualMachineSnapshot>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .owns(
+            Api::<api::snapshot::VirtualMachineRestore>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .watches(
+            Api::<VirtualMachine>::all(client.clone()),
+            watcher::Config::default(),
+            move |vm| crate::clone::clones_of_vm(&clone_store, &vm),
+        )
+        .shutdown_on_signal()
+        .run(crate::clone::reconcile, error_policy, ctx.clone())
+        .for_each(|result| {
+            if let Err(e) = result {
+                log::debug!("clone reconcile: {e}");
+            }
+            futures::future::ready(())
+        });
     let unsupported = crate::unsupported::run(ctx.clone());
     futures::join!(
         vmi_controller,
@@ -127,6 +192,9 @@ pub async fn run_controllers(client: Client, base: ClusterConfig) {
         migration_controller,
         replica_set_controller,
         pool_controller,
+        snapshot_controller,
+        restore_controller,
+        clone_controller,
         unsupported
     );
 }
@@ -149,4 +217,44 @@ fn source_chain(error: &dyn std::error::Error) -> String {
         source = e.source();
     }
     parts.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    use api::healthz::ConfigVersion;
+    use kube::runtime::reflector;
+    use kube::runtime::watcher::Event;
+
+    use super::*;
+
+    fn kubevirt(resource_version: &str, use_emulation: bool) -> KubeVirt {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
+            "metadata": {"name": "kubevirt", "namespace": "kubevirt", "uid": "kv",
+                         "resourceVersion": resource_version},
+            "spec": {"configuration": {"developerConfiguration": {"useEmulation": use_emulation}}},
+        }))
+        .expect("a KubeVirt")
+    }
+
+    /// `/healthz` reports the CR the configuration is read from: once the watch put a new
+    /// version into the store, the configuration in force is that version's.
+    #[test]
+    fn healthz_reports_the_version_whose_configuration_is_in_force() {
+        let (store, mut writer) = reflector::store::<KubeVirt>();
+        let reader = store.clone();
+        let version = ConfigVersion::of_kubevirts(move || reader.state());
+        let use_emulation = || {
+            let mut cfg = ClusterConfig::default();
+            if let Some(kv) = api::kubevirt::in_force(&store.state()) {
+                cfg.apply_kubevirt(kv);
+            }
+            cfg.use_emulation
+        };
+        assert_eq!(version.get(), "");
+        writer.apply_watcher_event(&Event::Apply(kubevirt("10", false)));
+        assert_eq!((version.get().as_str(), use_emulation()), ("10", false));
+        writer.apply_watcher_event(&Event::Apply(kubevirt("11", true)));
+        assert_eq!((version.get().as_str(), use_emulation()), ("11", true));
+    }
 }

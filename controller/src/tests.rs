@@ -3,5 +3,6 @@
 mod pod;
 mod pool_plan;
 mod replicaset_plan;
+mod vm_instancetype;
 mod vm_plan;
 mod vmi_plan;

@@ -1,5 +1,5 @@
-//! The kinds Ferrovirt serves but does not implement ([`api::siblings`]: snapshots, exports,
-//! clones, instance types, ...). One watch per kind gives every object the kind's
+//! The kinds Ferrovirt serves but does not implement ([`api::siblings`]: exports, backups,
+//! plugins, ...). One watch per kind gives every object the kind's
 //! `NotSupported` condition (a status merge patch, only when the condition is not there yet,
 //! so the patch's own watch event writes nothing) and records one Warning event on it.
 //!
@@ -179,40 +179,40 @@ mod tests {
         Time("2026-05-01T10:00:00Z".parse().unwrap())
     }
 
-    fn snapshot() -> &'static Sibling {
-        sibling("snapshot.kubevirt.io", "VirtualMachineSnapshot")
+    fn export() -> &'static Sibling {
+        sibling("export.kubevirt.io", "VirtualMachineExport")
     }
 
     #[test]
     fn an_object_without_status_gets_the_condition() {
-        let patch = condition_patch(snapshot(), None, &now()).unwrap();
+        let patch = condition_patch(export(), None, &now()).unwrap();
         assert_eq!(
             patch,
             json!({"status": {"conditions": [{
                 "type": "Ready",
                 "status": "False",
                 "reason": "NotSupported",
-                "message": "VirtualMachineSnapshot (snapshot.kubevirt.io/v1beta1) is not supported by Ferrovirt",
+                "message": "VirtualMachineExport (export.kubevirt.io/v1) is not supported by Ferrovirt",
                 "lastTransitionTime": "2026-05-01T10:00:00Z",
             }]}})
         );
         // An empty status, or one without conditions, is the same.
         assert_eq!(
-            condition_patch(snapshot(), Some(&json!({})), &now()),
+            condition_patch(export(), Some(&json!({})), &now()),
             Some(patch.clone())
         );
         assert_eq!(
-            condition_patch(snapshot(), Some(&json!({"conditions": "junk"})), &now()),
+            condition_patch(export(), Some(&json!({"conditions": "junk"})), &now()),
             Some(patch)
         );
     }
 
     #[test]
     fn once_there_nothing_is_written_again() {
-        let first = condition_patch(snapshot(), None, &now()).unwrap();
+        let first = condition_patch(export(), None, &now()).unwrap();
         let later = Time("2026-05-02T10:00:00Z".parse().unwrap());
         assert_eq!(
-            condition_patch(snapshot(), Some(&first["status"]), &later),
+            condition_patch(export(), Some(&first["status"]), &later),
             None
         );
         for sibling in api::siblings::ALL {
@@ -238,7 +238,7 @@ mod tests {
             {"type": "Ready", "status": "True", "reason": "Done",
              "lastTransitionTime": "2020-01-01T00:00:00Z"},
         ]});
-        let patch = condition_patch(snapshot(), Some(&status), &now()).unwrap();
+        let patch = condition_patch(export(), Some(&status), &now()).unwrap();
         let conditions = patch["status"]["conditions"].as_array().unwrap();
         assert_eq!(conditions.len(), 2);
         assert_eq!(conditions[0], status["conditions"][0]);
@@ -254,7 +254,7 @@ mod tests {
             {"type": "Ready", "status": "False", "reason": "Pending",
              "lastTransitionTime": "2020-01-01T00:00:00Z"},
         ]});
-        let patch = condition_patch(snapshot(), Some(&status), &now()).unwrap();
+        let patch = condition_patch(export(), Some(&status), &now()).unwrap();
         let condition = &patch["status"]["conditions"][0];
         assert_eq!(condition["reason"], "NotSupported");
         assert_eq!(condition["lastTransitionTime"], "2020-01-01T00:00:00Z");

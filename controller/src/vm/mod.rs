@@ -1,4 +1,5 @@
 //! The VM controller: VirtualMachine -> VirtualMachineInstance by run strategy.
 
+pub mod instancetype;
 pub mod plan;
 pub mod reconcile;

@@ -53,6 +53,12 @@ pub fn plan(vm: &VirtualMachine, vmi: Option<&VirtualMachineInstance>, now: Time
     let mut status = VirtualMachineStatus {
         state_change_requests: old.state_change_requests.clone(),
         start_failure: old.start_failure.clone(),
+        instancetype_ref: old.instancetype_ref.clone(),
+        preference_ref: old.preference_ref.clone(),
+        // Written by the snapshot and restore controllers.
+        snapshot_in_progress: old.snapshot_in_progress.clone(),
+        restore_in_progress: old.restore_in_progress.clone(),
+        volume_snapshot_statuses: api::snapshot::volume_snapshot_statuses(&vm.spec),
         other: old.other.clone(),
         ..VirtualMachineStatus::default()
     };

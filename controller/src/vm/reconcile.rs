@@ -3,12 +3,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use api::condition::Condition;
 use api::{VirtualMachine, VirtualMachineInstance};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 
+use super::instancetype::{apply_to_vmi, expand, names_any, resolve, to_expand, Problem, Resolved};
 use super::plan::{plan, vmi_for, VmiAction};
 use crate::context::Context;
 use crate::Error;
@@ -26,17 +28,88 @@ pub async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Act
             .iter()
             .any(|o| Some(&o.uid) == vm.uid().as_ref())
     });
-    let plan = plan(&vm, vmi.as_ref(), Timestamp::now());
+    let mut plan = plan(&vm, vmi.as_ref(), Timestamp::now());
 
-    let mut requeue = Duration::from_secs(300);
-    match &plan.action {
-        VmiAction::Nothing => {}
-        VmiAction::Create => match vmi_for(&vm).map(|mut new| {
+    // The instance type and preference: found and stored before a VMI starts; while they
+    // cannot be, the VM does not start and says why.
+    let mut problem = None;
+    let mut resolved = Resolved::default();
+    if names_any(&vm) {
+        let expanding = to_expand(&vm, &ctx.config().instancetype_reference_policy);
+        let found = resolve(&ctx.client, &vm, !expanding).await;
+        if let (true, Ok(found)) = (expanding, &found) {
+            // The VM is rewritten; the next pass runs it as a VM that names nothing.
+            match expand(&ctx.client, &vm, found).await {
+                Ok(()) => return Ok(Action::requeue(Duration::from_secs(1))),
+                Err(p) => problem = Some(p),
+            }
+        }
+        match found {
+            Ok(_) if expanding => {}
+            Ok(found) => {
+                for (status_ref, found_ref) in [
+                    (&mut plan.status.instancetype_ref, &found.instancetype_ref),
+                    (&mut plan.status.preference_ref, &found.preference_ref),
+                ] {
+                    if found_ref.is_some() {
+                        status_ref.clone_from(found_ref);
+                    }
+                }
+                resolved = found;
+            }
+            Err(p) => problem = Some(p),
+        }
+    }
+    let mut new_vmi = None;
+    if plan.action == VmiAction::Create && problem.is_none() {
+        new_vmi = vmi_for(&vm).map(|mut new| {
             if plan.start_paused {
                 new.spec.start_strategy = Some("Paused".into());
             }
             new
-        }) {
+        });
+        if let Some(new) = &mut new_vmi {
+            if let Err(message) = apply_to_vmi(new, &resolved) {
+                problem = Some(Problem {
+                    reason: "FailedCreate",
+                    message,
+                });
+            }
+        }
+    }
+    if let Some(problem) = &problem {
+        if plan.action == VmiAction::Create {
+            // Not started: a Start request it would have served stays.
+            plan.action = VmiAction::Nothing;
+            plan.status.state_change_requests = vm
+                .status
+                .as_ref()
+                .map(|s| s.state_change_requests.clone())
+                .unwrap_or_default();
+            if vmi.is_none() {
+                plan.status.printable_status = Some("Stopped".into());
+            }
+        }
+        plan.status.conditions.push(Condition::new(
+            "Failure",
+            true,
+            problem.reason,
+            &problem.message,
+        ));
+        if vm.status.as_ref() != Some(&plan.status) {
+            ctx.event(vm.as_ref(), true, problem.reason, problem.message.clone())
+                .await;
+        }
+    }
+
+    let mut requeue = if problem.is_some() {
+        Duration::from_secs(5)
+    } else {
+        Duration::from_secs(300)
+    };
+    match &plan.action {
+        VmiAction::Nothing => {}
+        VmiAction::Create => match new_vmi {
             Some(new) => match vmis.create(&PostParams::default(), &new).await {
                 Ok(_) => {
                     ctx.event(

@@ -1,0 +1,233 @@
+//! One pass over a VM snapshot: its finalizer, the VM's lock, the content, the status, and the
+//! clean-up when it goes (KubeVirt's `updateVMSnapshot` and the content controller in one).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use api::snapshot::{
+    VirtualMachineSnapshot, VirtualMachineSnapshotContent, SNAPSHOT_FINALIZER, SOURCE_FINALIZER,
+};
+use api::{VirtualMachine, VirtualMachineInstance};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use super::plan::{self, Source};
+use super::set_finalizer;
+use crate::context::Context;
+use crate::Error;
+
+/// How often a snapshot that is not done is looked at again.
+const RETRY: Duration = Duration::from_secs(1);
+
+pub async fn reconcile(
+    snapshot: Arc<VirtualMachineSnapshot>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let namespace = snapshot.namespace().ok_or(Error::NotNamespaced)?;
+    let name = snapshot.name_any();
+    let client = ctx.client.clone();
+    let snapshots: Api<VirtualMachineSnapshot> = Api::namespaced(client.clone(), &namespace);
+    let contents: Api<VirtualMachineSnapshotContent> = Api::namespaced(client.clone(), &namespace);
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &namespace);
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), &namespace);
+    let now = Timestamp::now();
+
+    let terminating = plan::terminating(&snapshot, now);
+    if !terminating
+        && !snapshot
+            .finalizers()
+            .iter()
+            .any(|f| f == SNAPSHOT_FINALIZER)
+    {
+        set_finalizer(&snapshots, snapshot.as_ref(), SNAPSHOT_FINALIZER, true).await?;
+        return Ok(Action::requeue(Duration::ZERO));
+    }
+
+    // The VM it is of: named by the source, and the same VM it started with.
+    let source_ref = &snapshot.spec.source;
+    let mut vm = if source_ref.api_group.as_deref() == Some("kubevirt.io")
+        && source_ref.kind == "VirtualMachine"
+    {
+        vms.get_opt(&source_ref.name).await?
+    } else {
+        None
+    };
+    let recorded = snapshot
+        .status
+        .as_ref()
+        .and_then(|s| s.source_uid.as_deref());
+    if let (Some(uid), Some(found)) = (recorded, &vm) {
+        if found.metadata.uid.as_deref() != Some(uid) {
+            vm = None;
+        }
+    }
+    let content_name = api::snapshot::content_name(&snapshot);
+    let mut content = contents.get_opt(&content_name).await?;
+
+    let mut source = match &vm {
+        Some(vm) => Some(source_of(vm, &name, vmis.get_opt(&vm.name_any()).await?)),
+        None => None,
+    };
+    if let (Some(found), Some(source)) = (&mut vm, &mut source) {
+        if snapshot.status.is_some() && plan::progressing(&snapshot) && !terminating {
+            if !source.locked && source.held_by.is_none() {
+                *found = lock(&vms, found, &name).await?;
+                source.locked = true;
+            } else if source.locked && content.is_none() {
+                let new = plan::content_for(&snapshot, found);
+                match contents.create(&PostParams::default(), &new).await {
+                    Ok(created) => {
+                        ctx.event(
+                            snapshot.as_ref(),
+                            false,
+                            "SuccessfulVirtualMachineSnapshotContentCreate",
+                            format!(
+                                "Successfully created VirtualMachineSnapshotContent {content_name}"
+                            ),
+                        )
+                        .await;
+                        content = Some(created);
+                    }
+                    Err(kube::Error::Api(e)) if e.code == 409 => {
+                        content = contents.get_opt(&content_name).await?;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        } else if plan::can_unlock(&snapshot, content.as_ref(), now) && source.locked {
+            unlock(&vms, found, &name).await?;
+            source.locked = false;
+        }
+    }
+
+    // The content: ready once created (it waits for no volume snapshot); released when its
+    // snapshot goes, and deleted with it unless retained.
+    if let Some(found) = &content {
+        if terminating {
+            set_finalizer(&contents, found, api::snapshot::CONTENT_FINALIZER, false).await?;
+            if plan::delete_content(&snapshot, found) {
+                match contents
+                    .delete(&content_name, &DeleteParams::default())
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(e)) if e.code == 404 => {}
+                    Err(e) => return Err(e.into()),
+                }
+                content = None;
+            }
+        } else if found
+            .status
+            .as_ref()
+            .and_then(|s| s.creation_time.as_ref())
+            .is_none()
+        {
+            let mut updated = found.clone();
+            updated.status = Some(plan::content_status(found, now));
+            content = Some(
+                contents
+                    .replace_status(&content_name, &PostParams::default(), &updated)
+                    .await?,
+            );
+        }
+    }
+
+    let status = plan::snapshot_status(&snapshot, source.as_ref(), content.as_ref(), now);
+    let mut current = (*snapshot).clone();
+    if snapshot.status.as_ref() != Some(&status) {
+        current.status = Some(status);
+        current = snapshots
+            .replace_status(&name, &PostParams::default(), &current)
+            .await?;
+    }
+
+    if current.metadata.deletion_timestamp.is_some() && !source.as_ref().is_some_and(|s| s.locked) {
+        set_finalizer(&snapshots, &current, SNAPSHOT_FINALIZER, false).await?;
+        return Ok(Action::await_change());
+    }
+    if plan::progressing(&current) || source.as_ref().is_some_and(|s| s.locked) {
+        return Ok(Action::requeue(RETRY));
+    }
+    Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// The snapshot a content belongs to: a change of the content brings its snapshot's next pass.
+pub fn of_content(
+    content: &VirtualMachineSnapshotContent,
+) -> Option<ObjectRef<VirtualMachineSnapshot>> {
+    let snapshot = content.spec.virtual_machine_snapshot_name.as_deref()?;
+    Some(ObjectRef::new(snapshot).within(&content.namespace()?))
+}
+
+/// What a snapshot needs to know of its VM.
+fn source_of(vm: &VirtualMachine, snapshot: &str, vmi: Option<VirtualMachineInstance>) -> Source {
+    let in_progress = vm
+        .status
+        .as_ref()
+        .and_then(|s| s.snapshot_in_progress.clone());
+    let locked = in_progress.as_deref() == Some(snapshot)
+        && vm.finalizers().iter().any(|f| f == SOURCE_FINALIZER);
+    let conditions = vmi
+        .as_ref()
+        .and_then(|v| v.status.as_ref())
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    Source {
+        uid: vm.metadata.uid.clone().unwrap_or_default(),
+        locked,
+        online: vmi.is_some(),
+        paused: api::condition::find(&conditions, "Paused").is_some_and(|c| c.is_true()),
+        guest_agent: api::condition::find(&conditions, "AgentConnected").is_some(),
+        held_by: in_progress.filter(|other| other != snapshot),
+    }
+}
+
+/// Locks the VM for the snapshot: `status.snapshotInProgress`, then the source finalizer.
+async fn lock(
+    vms: &Api<VirtualMachine>,
+    vm: &VirtualMachine,
+    snapshot: &str,
+) -> Result<VirtualMachine, Error> {
+    let mut vm = vm.clone();
+    if vm
+        .status
+        .as_ref()
+        .and_then(|s| s.snapshot_in_progress.as_deref())
+        != Some(snapshot)
+    {
+        let patch = json!({"metadata": {"resourceVersion": vm.resource_version()},
+                           "status": {"snapshotInProgress": snapshot}});
+        vm = vms
+            .patch_status(
+                &vm.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+    }
+    set_finalizer(vms, &vm, SOURCE_FINALIZER, true).await?;
+    log::info!("VM {} locked for snapshot {snapshot}", vm.name_any());
+    Ok(vm)
+}
+
+/// Unlocks the VM: the source finalizer, then `status.snapshotInProgress`.
+async fn unlock(
+    vms: &Api<VirtualMachine>,
+    vm: &VirtualMachine,
+    snapshot: &str,
+) -> Result<(), Error> {
+    set_finalizer(vms, vm, SOURCE_FINALIZER, false).await?;
+    let patch = json!({"status": {"snapshotInProgress": null}});
+    vms.patch_status(
+        &vm.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    log::info!("VM {} unlocked after snapshot {snapshot}", vm.name_any());
+    Ok(())
+}
