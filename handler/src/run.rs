@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use api::healthz::ConfigVersion;
 use api::{KubeVirt, VirtualMachineInstance};
 use contract::labels;
 use contract::layout::{DEVICE_PLUGIN_DIR, HOST_SOCKET_ROOT};
@@ -43,6 +44,14 @@ pub async fn run_handler(client: Client, node_name: String) {
         .reflect(writer)
         .applied_objects()
         .for_each(|_| futures::future::ready(())),
+    );
+    // The handler reads its configuration from this store at each use, so the store's CR is
+    // the one in force.
+    let store = kubevirts.clone();
+    api::healthz::server::spawn(
+        "virt-handler",
+        client.clone(),
+        ConfigVersion::of_kubevirts(move || store.state()),
     );
     let _ = std::fs::create_dir_all(HOST_SOCKET_ROOT);
     tokio::spawn(crate::migration::reconcile::run(

@@ -59,7 +59,7 @@ pub enum MigrationError {
 
 impl MigrationContext {
     fn use_emulation(&self) -> bool {
-        self.kubevirts.state().first().is_some_and(|kv| {
+        api::kubevirt::in_force(&self.kubevirts.state()).is_some_and(|kv| {
             kv.spec
                 .configuration
                 .as_ref()
@@ -78,7 +78,7 @@ impl MigrationContext {
             .and_then(|s| s.migration_state.as_ref())
             .and_then(|m| m.migration_configuration.clone())
             .unwrap_or_else(|| {
-                MigrationConfiguration::of(self.kubevirts.state().first().map(|kv| kv.as_ref()))
+                MigrationConfiguration::of(api::kubevirt::in_force(&self.kubevirts.state()))
             })
     }
 

@@ -63,7 +63,7 @@ pub enum SyncError {
 
 impl HandlerContext {
     fn use_emulation(&self) -> bool {
-        self.kubevirts.state().first().is_some_and(|kv| {
+        api::kubevirt::in_force(&self.kubevirts.state()).is_some_and(|kv| {
             kv.spec
                 .configuration
                 .as_ref()

@@ -171,7 +171,7 @@ fn interfaces(vmi: &VirtualMachineInstance, observed: &Observed) -> Vec<VmiNetwo
             name: Some(interface.name.clone()),
             ip_address: observed.pod_ip.clone(),
             ip_addresses: observed.pod_ip.iter().cloned().collect(),
-            mac: interface.mac_address.clone(),
+            mac: interface.mac_address.clone().filter(|m| !m.is_empty()),
             interface_name: Some("eth0".into()),
             pod_interface_name: Some("eth0".into()),
             info_source: Some("domain".into()),

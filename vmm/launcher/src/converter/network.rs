@@ -3,8 +3,9 @@
 //! Ferrovirt has one pod interface per VM; its MAC is the interface's `macAddress` or a stable
 //! locally administered address derived from the VMI and interface names.
 
+use api::domain::parse_mac_address;
 use api::VirtualMachineInstance;
-use vmm::config::{parse_mac, NetConfig};
+use vmm::config::NetConfig;
 
 use super::{FieldProblem, HostFacts};
 
@@ -54,9 +55,9 @@ pub fn net(
                 "the masquerade binding needs the pod network",
             ));
         }
-        let mac = match interface.mac_address.as_deref() {
+        let mac = match interface.mac_address.as_deref().filter(|m| !m.is_empty()) {
             Some(mac) => {
-                let bytes = parse_mac(mac).ok_or_else(|| {
+                let bytes = parse_mac_address(mac).ok_or_else(|| {
                     FieldProblem::new(
                         format!("{path}.macAddress"),
                         format!("{mac:?} is not a MAC address"),
@@ -144,7 +145,7 @@ mod tests {
         let derived = net(&vmi(vec![masquerade("default", None)], true), &facts).unwrap();
         assert_eq!(derived[0].mac, derived_mac(&v, "default"));
         assert!(derived[0].mac.starts_with("02:"));
-        assert!(parse_mac(&derived[0].mac).is_some());
+        assert!(parse_mac_address(&derived[0].mac).is_some());
         assert!(net(&vmi(vec![], true), &facts).unwrap().is_empty());
     }
 

@@ -18,8 +18,8 @@ pub mod dhcp;
 use std::net::Ipv4Addr;
 use std::process::Command;
 
+use api::domain::parse_mac_address;
 use api::VirtualMachineInstance;
-use vmm::config::parse_mac;
 
 use crate::converter::network::derived_mac;
 
@@ -96,8 +96,9 @@ impl MasqueradePlan {
         let mac_text = interface
             .mac_address
             .clone()
+            .filter(|m| !m.is_empty())
             .unwrap_or_else(|| derived_mac(vmi, &interface.name));
-        let guest_mac = parse_mac(&mac_text).ok_or(NetworkError::NoInterface)?;
+        let guest_mac = parse_mac_address(&mac_text).ok_or(NetworkError::NoInterface)?;
         let ports = interface
             .ports
             .iter()
