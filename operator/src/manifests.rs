@@ -98,9 +98,11 @@ fn cluster_role_binding(cfg: &InstallConfig, name: &str) -> Value {
 }
 
 /// virt-controller: VMs and VMIs (with status and finalizers), launcher Pods, nodes (heartbeat
-/// check), events, the KubeVirt CR (read), pools and their ControllerRevisions, migration
-/// policies and namespaces (read, to pick a migration's policy), the kinds it marks not
-/// supported (read, and their status), and its leader Lease in its own namespace.
+/// check), events, the KubeVirt CR (read), pools and the ControllerRevisions of pools and VMs,
+/// instance types and preferences (read, to store them for VMs), snapshots, their contents,
+/// restores and clones (with status, and VMs created by restores), migration policies and
+/// namespaces (read, to pick a migration's policy), the kinds it marks not supported (read,
+/// and their status), and its leader Lease in its own namespace.
 fn controller_rbac(cfg: &InstallConfig) -> Vec<Value> {
     let name = "virt-controller";
     let mut unsupported: Vec<(&str, Vec<&str>)> = Vec::new();
@@ -117,6 +119,18 @@ fn controller_rbac(cfg: &InstallConfig) -> Vec<Value> {
             json!({"apiGroups": [group], "resources": status, "verbs": ["get", "patch"]}),
         ]
     });
+    let instancetypes: Vec<&str> = api::instancetype::Kind::ALL
+        .iter()
+        .map(|k| k.plural())
+        .collect();
+    let snapshot_kinds: Vec<&str> = api::snapshot::Kind::ALL
+        .iter()
+        .map(|k| k.sibling().plural)
+        .collect();
+    let snapshot_status: Vec<String> = snapshot_kinds
+        .iter()
+        .map(|p| format!("{p}/status"))
+        .collect();
     // The rules below, and those of the kinds it marks not supported.
     let with_unsupported = |mut rules: Value| {
         if let Some(list) = rules.as_array_mut() {
@@ -147,6 +161,16 @@ fn controller_rbac(cfg: &InstallConfig) -> Vec<Value> {
                  "verbs": ["get", "update", "patch"]},
                 {"apiGroups": ["apps"], "resources": ["controllerrevisions"],
                  "verbs": ["get", "list", "watch", "create", "delete"]},
+                {"apiGroups": [api::instancetype::GROUP], "resources": instancetypes,
+                 "verbs": ["get", "list", "watch"]},
+                {"apiGroups": [api::snapshot::GROUP], "resources": snapshot_kinds,
+                 "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+                {"apiGroups": [api::snapshot::GROUP], "resources": snapshot_status,
+                 "verbs": ["get", "update", "patch"]},
+                {"apiGroups": [api::clone::GROUP], "resources": ["virtualmachineclones"],
+                 "verbs": ["get", "list", "watch", "update", "patch", "delete"]},
+                {"apiGroups": [api::clone::GROUP], "resources": ["virtualmachineclones/status"],
+                 "verbs": ["get", "update", "patch"]},
                 {"apiGroups": ["migrations.kubevirt.io"], "resources": ["migrationpolicies"],
                  "verbs": ["get", "list", "watch"]},
                 {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
@@ -229,7 +253,12 @@ fn controller_deployment(cfg: &InstallConfig) -> Value {
                         "imagePullPolicy": cfg.image_pull_policy,
                         "command": ["/usr/bin/virt-controller"],
                         "env": env,
-                        "ports": [{"name": "metrics", "containerPort": 8080}],
+                        // `healthz`: KubeVirt's 8443, where its tests read which KubeVirt CR
+                        // the replica applied (KubeVirt calls it `metrics`, the name of 8080 here).
+                        "ports": [
+                            {"name": "metrics", "containerPort": 8080},
+                            {"name": "healthz", "containerPort": api::healthz::PORT},
+                        ],
                         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
                     }],
                     "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}],
@@ -264,10 +293,12 @@ fn handler_daemonset(cfg: &InstallConfig) -> Value {
                         // node's devices and directories.
                         "securityContext": {"privileged": true},
                         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
-                        // virt-api reaches the console, pause and reset server here.
+                        // virt-api reaches the console, pause and reset server on
+                        // `subresources`; `healthz` as for virt-controller.
                         "ports": [
                             {"name": "subresources", "containerPort": HANDLER_PORT},
                             {"name": "metrics", "containerPort": 8080},
+                            {"name": "healthz", "containerPort": api::healthz::PORT},
                         ],
                         "volumeMounts": [
                             {"name": "kubevirt-run", "mountPath": layout::HOST_RUN_DIR},
@@ -356,6 +387,25 @@ mod tests {
         );
     }
 
+    /// KubeVirt's tests port-forward to 8443 of every virt-controller and virt-handler Pod for
+    /// `/healthz`; the port is declared as KubeVirt declares it.
+    #[test]
+    fn controller_and_handler_declare_the_healthz_port() {
+        let objects = render(&InstallConfig::default());
+        for kind in ["Deployment", "DaemonSet"] {
+            let object = objects.iter().find(|o| o["kind"] == kind).unwrap();
+            let ports = &object["spec"]["template"]["spec"]["containers"][0]["ports"];
+            let healthz = ports
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["name"] == "healthz")
+                .unwrap();
+            assert_eq!(healthz["containerPort"], 8443, "{kind}");
+            assert!(object["spec"]["template"]["spec"]["hostNetwork"].is_null());
+        }
+    }
+
     #[test]
     fn images_and_namespace_follow_the_config() {
         let cfg = InstallConfig {
@@ -414,28 +464,23 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_controller_can_mark_every_unsupported_kind() {
+    /// Whether virt-controller's ClusterRole allows `verb` on `group`/`resource`.
+    fn controller_allows(group: &str, resource: &str, verb: &str) -> bool {
         let objects = render(&InstallConfig::default());
         let role = objects
             .iter()
             .find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == "virt-controller")
             .unwrap();
-        let allows = |group: &str, resource: &str, verb: &str| {
-            role["rules"].as_array().unwrap().iter().any(|rule| {
-                rule["apiGroups"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .any(|g| g == group)
-                    && rule["resources"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .any(|r| r == resource)
-                    && rule["verbs"].as_array().unwrap().iter().any(|v| v == verb)
-            })
-        };
+        role["rules"].as_array().unwrap().iter().any(|rule| {
+            let has =
+                |key: &str, want: &str| rule[key].as_array().unwrap().iter().any(|v| v == want);
+            has("apiGroups", group) && has("resources", resource) && has("verbs", verb)
+        })
+    }
+
+    #[test]
+    fn the_controller_can_mark_every_unsupported_kind() {
+        let allows = controller_allows;
         for sibling in api::siblings::ALL {
             for verb in ["get", "list", "watch"] {
                 assert!(
@@ -456,6 +501,52 @@ mod tests {
                 "{}",
                 sibling.plural
             );
+        }
+    }
+
+    #[test]
+    fn the_controller_writes_snapshots_contents_restores_and_their_status() {
+        let allows = controller_allows;
+        for kind in api::snapshot::Kind::ALL {
+            let plural = kind.sibling().plural;
+            for verb in [
+                "get", "list", "watch", "create", "update", "patch", "delete",
+            ] {
+                assert!(
+                    allows(api::snapshot::GROUP, plural, verb),
+                    "{verb} {plural}"
+                );
+            }
+            let status = format!("{plural}/status");
+            assert!(allows(api::snapshot::GROUP, &status, "update"), "{status}");
+        }
+        assert!(allows("kubevirt.io", "virtualmachines/status", "patch"));
+        for verb in ["get", "list", "watch", "delete"] {
+            assert!(
+                allows(api::clone::GROUP, "virtualmachineclones", verb),
+                "{verb}"
+            );
+        }
+        assert!(allows(
+            api::clone::GROUP,
+            "virtualmachineclones/status",
+            "update"
+        ));
+    }
+
+    #[test]
+    fn the_controller_reads_instancetypes_and_stores_them_in_revisions() {
+        let allows = controller_allows;
+        for kind in api::instancetype::Kind::ALL {
+            for verb in ["get", "list", "watch"] {
+                assert!(allows(api::instancetype::GROUP, kind.plural(), verb));
+            }
+            for verb in ["create", "update", "patch", "delete"] {
+                assert!(!allows(api::instancetype::GROUP, kind.plural(), verb));
+            }
+        }
+        for verb in ["create", "get", "list", "watch", "delete"] {
+            assert!(allows("apps", "controllerrevisions", verb), "{verb}");
         }
     }
 }

@@ -312,4 +312,48 @@ mod tests {
             "get"
         ));
     }
+
+    #[test]
+    fn instancetypes_are_a_namespace_users_and_the_cluster_ones_everyones_to_read() {
+        let group = api::instancetype::GROUP;
+        let plurals: Vec<&str> = api::instancetype::Kind::ALL
+            .iter()
+            .map(|k| k.plural())
+            .collect();
+        assert_eq!(INSTANCETYPES, plurals.as_slice());
+        for plural in plurals {
+            for verb in EDIT {
+                assert!(allows("kubevirt.io:admin", group, plural, verb), "{verb}");
+                assert!(allows("kubevirt.io:edit", group, plural, verb), "{verb}");
+                assert_eq!(
+                    allows("kubevirt.io:view", group, plural, verb),
+                    READ.contains(verb),
+                    "{verb}"
+                );
+            }
+            assert!(allows(
+                "kubevirt.io:admin",
+                group,
+                plural,
+                "deletecollection"
+            ));
+            assert!(!allows(
+                "kubevirt.io:edit",
+                group,
+                plural,
+                "deletecollection"
+            ));
+        }
+        for plural in [
+            "virtualmachineclusterinstancetypes",
+            "virtualmachineclusterpreferences",
+        ] {
+            assert!(allows(
+                "instancetype.kubevirt.io:view",
+                group,
+                plural,
+                "list"
+            ));
+        }
+    }
 }
