@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use http::Method;
 use virt_api::options::{
     MigrateOptions, PauseOptions, RestartOptions, StartOptions, StopOptions, DRY_RUN_ALL,
@@ -102,6 +102,156 @@ pub enum Command {
     Guestosinfo { name: String },
     /// Print the client and server versions.
     Version,
+    /// Return the VirtualMachine object with expanded instancetype and preference.
+    #[command(
+        override_usage = "virtctl expand (VM) [flags]",
+        after_help = EXPAND_EXAMPLES,
+        args_override_self = true,
+        next_display_order = 10
+    )]
+    Expand(ExpandArgs),
+    /// Create a manifest for the specified Kind.
+    Create {
+        #[command(subcommand)]
+        kind: Option<CreateKind>,
+    },
+}
+
+const EXPAND_EXAMPLES: &str = "Examples:
+  #Expand a virtual machine called 'myvm'.
+  virtctl expand --vm myvm
+
+  # Expand a virtual machine from file called myvm.yaml.
+  virtctl expand --file myvm.yaml
+
+  # Expand a virtual machine from stdin. Press Ctrl+D (Unix) or Ctrl+Z (Windows) to signal the end of input.
+  virtctl expand --file -
+
+  # Expand a virtual machine called myvm and display output in json format.
+  virtctl expand --vm myvm --output json";
+
+/// `virtctl expand`'s flags (checked, with KubeVirt's messages, by [`crate::expand::validate`]).
+#[derive(Args, Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExpandArgs {
+    /// Specify VirtualMachine name that should be expanded. Mutually exclusive with "--file" flag.
+    #[arg(long, value_name = "string", allow_hyphen_values = true)]
+    pub vm: Option<String>,
+    /// If present, the Virtual Machine spec in provided file will be expanded. Mutually exclusive with "--vm" flag.
+    #[arg(short = 'f', long, value_name = "string", allow_hyphen_values = true)]
+    pub file: Option<String>,
+    /// Specify a format that will be used to display output.
+    #[arg(
+        short = 'o',
+        long,
+        value_name = "string",
+        default_value = "yaml",
+        allow_hyphen_values = true
+    )]
+    pub output: String,
+    /// Arguments, which expand refuses (it takes flags only).
+    #[arg(hide = true)]
+    pub args: Vec<String>,
+}
+
+/// The manifests `virtctl create` writes.
+#[derive(Subcommand, Debug, PartialEq, Eq)]
+pub enum CreateKind {
+    /// Create VirtualMachineInstancetype or VirtualMachineClusterInstancetype manifest.
+    #[command(
+        after_help = INSTANCETYPE_EXAMPLES,
+        args_override_self = true,
+        next_display_order = 10
+    )]
+    Instancetype(InstancetypeArgs),
+    /// Create a VirtualMachinePreference or VirtualMachineClusterPreference manifest.
+    #[command(
+        after_help = PREFERENCE_EXAMPLES,
+        args_override_self = true,
+        next_display_order = 10
+    )]
+    Preference(PreferenceArgs),
+}
+
+const INSTANCETYPE_EXAMPLES: &str = "Examples:
+  # Create a manifest for a ClusterInstancetype with a random name:
+  virtctl create instancetype --cpu 2 --memory 256Mi
+
+  # Create a manifest for a ClusterInstancetype with a specified name:
+  virtctl create instancetype --name my-instancetype --cpu 2 --memory 256Mi
+
+  # Create a manifest for a ClusterInstancetype with a specified gpu:
+  virtctl create instancetype --cpu 2 --memory 256Mi --gpu name:gpu1,devicename:nvidia
+
+  # Create a manifest for a Instancetype with a specified name and cpu:
+  virtctl create instancetype --namespaced --name my-instancetype --cpu 2 --memory 256Mi
+
+  # Create a manifest for a ClusterInstancetype and use it to create a resource with kubectl
+  virtctl create instancetype --cpu 2 --memory 256Mi | kubectl create -f -";
+
+const PREFERENCE_EXAMPLES: &str = "Examples:
+  # Create a manifest for a ClusterPreference with a random name:
+  virtctl create preference
+
+  # Create a manifest for a ClusterPreference with a specified CPU topology:
+  virtctl create preference --cpu-topology sockets
+
+  # Create a manifest for a Preference with a specified CPU topology:
+  virtctl create preference --cpu-topology sockets --namespaced
+
+  # Create a manifest for a ClusterPreference and use it to create a resource with kubectl
+  virtctl create preference --volume-storage-class hostpath-provisioner | kubectl create -f -";
+
+/// `virtctl create instancetype`'s flags. `--cpu` and `--memory` are required, checked (with
+/// KubeVirt's messages) by [`crate::create::instancetype`].
+#[derive(Args, Clone, Debug, Default, PartialEq, Eq)]
+pub struct InstancetypeArgs {
+    /// Specify the count of CPUs of the Instancetype.
+    #[arg(long, value_name = "uint32", allow_hyphen_values = true)]
+    pub cpu: Option<String>,
+    /// Specify the list of vGPUs to passthrough. Can be provided multiple times.
+    #[arg(long, value_name = "stringArray", allow_hyphen_values = true)]
+    pub gpu: Vec<String>,
+    /// Specify list of HostDevices to passthrough. Can be provided multiple times.
+    #[arg(long, value_name = "stringArray", allow_hyphen_values = true)]
+    pub hostdevice: Vec<String>,
+    /// Specify IOThreadsPolicy to be used. Only valid values are "auto" and "shared".
+    #[arg(long, value_name = "string", allow_hyphen_values = true)]
+    pub iothreadspolicy: Option<String>,
+    /// Specify the amount of memory of the Instancetype.
+    #[arg(long, value_name = "string", allow_hyphen_values = true)]
+    pub memory: Option<String>,
+    /// Specify the name of the Instancetype.
+    #[arg(long, value_name = "string", allow_hyphen_values = true)]
+    pub name: Option<String>,
+    /// Specify if VirtualMachineInstancetype should be created. By default VirtualMachineClusterInstancetype is created.
+    #[arg(long)]
+    pub namespaced: bool,
+    /// Arguments, which KubeVirt's virtctl ignores.
+    #[arg(hide = true)]
+    pub args: Vec<String>,
+}
+
+/// `virtctl create preference`'s flags.
+#[derive(Args, Clone, Debug, Default, PartialEq, Eq)]
+pub struct PreferenceArgs {
+    /// Defines the preferred guest visible CPU topology.
+    #[arg(long, value_name = "string", allow_hyphen_values = true)]
+    pub cpu_topology: Option<String>,
+    /// Defines the preferred machine type to use.
+    #[arg(long, value_name = "string", allow_hyphen_values = true)]
+    pub machine_type: Option<String>,
+    /// Specify the name of the Preference.
+    #[arg(long, value_name = "string", allow_hyphen_values = true)]
+    pub name: Option<String>,
+    /// Specify if VirtualMachinePreference should be created. By default VirtualMachineClusterPreference is created.
+    #[arg(long)]
+    pub namespaced: bool,
+    /// Defines the preferred storage class
+    #[arg(long, value_name = "string", allow_hyphen_values = true)]
+    pub volume_storage_class: Option<String>,
+    /// Arguments, which KubeVirt's virtctl ignores.
+    #[arg(hide = true)]
+    pub args: Vec<String>,
 }
 
 /// One call to a subresource and how to report its outcome.
@@ -159,7 +309,9 @@ fn kind_word(dry: bool) -> &'static str {
     }
 }
 
-/// The call a command makes (`None` for console and version, which do more).
+/// The call a command makes (`None` for console, migrate-cancel and version, which do more;
+/// for expand, whose call [`crate::expand::call`] makes once the file is read; and for
+/// create, which makes none).
 pub fn plan(command: &Command, namespace: &str) -> Result<Option<ApiCall>, UsageError> {
     let put =
         |sub: Subresource, name: &str, body: Vec<u8>, success: String, failure: String| ApiCall {
@@ -284,9 +436,11 @@ pub fn plan(command: &Command, namespace: &str) -> Result<Option<ApiCall>, Usage
             success: None,
             failure: "Error getting guestosinfo:".into(),
         },
-        Command::Console { .. } | Command::Version | Command::MigrateCancel { .. } => {
-            return Ok(None)
-        }
+        Command::Console { .. }
+        | Command::Version
+        | Command::MigrateCancel { .. }
+        | Command::Expand(_)
+        | Command::Create { .. } => return Ok(None),
     };
     Ok(Some(call))
 }

@@ -104,3 +104,76 @@ fn soft_reboot_is_kubevirts_name_and_softreboot_still_works() {
         );
     }
 }
+
+#[test]
+fn expand_and_create_parse_and_make_no_planned_call() {
+    let cli = parse(&["expand", "--vm", "vm1", "-o", "json", "-n", "ns1"]);
+    assert_eq!(cli.namespace.as_deref(), Some("ns1"));
+    assert_eq!(
+        cli.command,
+        Command::Expand(ExpandArgs {
+            vm: Some("vm1".into()),
+            output: "json".into(),
+            ..Default::default()
+        })
+    );
+    assert_eq!(plan(&cli.command, "ns1"), Ok(None));
+    let cli = parse(&["expand", "-f", "-"]);
+    let Command::Expand(args) = &cli.command else {
+        panic!("not expand");
+    };
+    assert_eq!(args.file.as_deref(), Some("-"));
+    assert_eq!(args.output, "yaml");
+
+    let cli = parse(&[
+        "create",
+        "instancetype",
+        "--cpu",
+        "2",
+        "--memory",
+        "-1Gi",
+        "--gpu",
+        "name:a,devicename:b",
+        "--gpu",
+        "name:c,devicename:d",
+        "--namespaced",
+    ]);
+    assert_eq!(
+        cli.command,
+        Command::Create {
+            kind: Some(CreateKind::Instancetype(InstancetypeArgs {
+                cpu: Some("2".into()),
+                memory: Some("-1Gi".into()),
+                gpu: vec!["name:a,devicename:b".into(), "name:c,devicename:d".into()],
+                namespaced: true,
+                ..Default::default()
+            }))
+        }
+    );
+    assert_eq!(plan(&cli.command, "default"), Ok(None));
+    let cli = parse(&[
+        "create",
+        "preference",
+        "--cpu-topology",
+        "spread",
+        "--machine-type",
+        "q35",
+        "--volume-storage-class",
+        "local",
+    ]);
+    assert_eq!(
+        cli.command,
+        Command::Create {
+            kind: Some(CreateKind::Preference(PreferenceArgs {
+                cpu_topology: Some("spread".into()),
+                machine_type: Some("q35".into()),
+                volume_storage_class: Some("local".into()),
+                ..Default::default()
+            }))
+        }
+    );
+    assert_eq!(parse(&["create"]).command, Command::Create { kind: None });
+    assert!(Cli::try_parse_from(["virtctl", "create", "vm"]).is_err());
+    assert!(Cli::try_parse_from(["virtctl", "create", "preference", "--bogus"]).is_err());
+    assert!(Cli::try_parse_from(["virtctl", "expand", "--bogus"]).is_err());
+}

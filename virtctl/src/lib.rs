@@ -1,15 +1,22 @@
 //! virtctl: start, stop, restart, pause, unpause, console, migrate, migrate-cancel, guestosinfo,
-//! version.
+//! version, expand, create instancetype, create preference.
 //!
-//! Every command except `console`, `migrate-cancel` (it deletes the migration object) and
-//! `version` is one PUT or GET to a subresource of
+//! Every command except `console`, `migrate-cancel` (it deletes the migration object),
+//! `version`, `expand` and `create` is one PUT or GET to a subresource of
 //! `subresources.kubevirt.io/v1` through kube-apiserver, which proxies it to virt-api
 //! ([`cli::plan`] builds it; [`client`] sends it). `console` opens a WebSocket to the VMI's
 //! console subresource and puts the terminal in raw mode ([`console`], [`terminal`]).
+//! `expand` is a GET of a VM's `expand-spec` or a PUT of a file's VM to `expand-vm-spec`,
+//! printed as KubeVirt prints it ([`expand`], [`yaml`]). `create instancetype` and
+//! `create preference` only write a manifest, with no cluster ([`create`], [`quantity`]).
 #![forbid(unsafe_code)]
 
 pub mod cli;
 pub mod client;
 pub mod console;
+pub mod create;
+pub mod expand;
 pub mod migrate_cancel;
+pub mod quantity;
 pub mod terminal;
+pub mod yaml;

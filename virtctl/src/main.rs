@@ -4,12 +4,49 @@
 
 use std::time::Duration;
 
-use clap::Parser;
-use virtctl::cli::{plan, Cli, Command};
+use clap::{CommandFactory, Parser};
+use virtctl::cli::{plan, Cli, Command, CreateKind};
 use virtctl::client::{self, CallError};
 use virtctl::console::{self, SessionEnd};
+use virtctl::{create, expand};
+
+/// `virtctl create ...`: prints a manifest; no cluster involved.
+fn create(kind: Option<&CreateKind>, namespace: Option<&str>) -> Result<(), String> {
+    let suffix = create::random_suffix();
+    let manifest = match kind {
+        Some(CreateKind::Instancetype(args)) => create::instancetype(args, namespace, &suffix)?,
+        Some(CreateKind::Preference(args)) => create::preference(args, namespace, &suffix)?,
+        None => {
+            // As KubeVirt's virtctl: `create` alone prints its usage.
+            let mut command = Cli::command();
+            command.build();
+            let help = command
+                .find_subcommand_mut("create")
+                .map(|c| c.render_help().to_string())
+                .unwrap_or_default();
+            print!("{help}");
+            return Ok(());
+        }
+    };
+    print!("{manifest}");
+    Ok(())
+}
 
 async fn run(cli: Cli) -> Result<(), String> {
+    // What needs no cluster, or is checked before connecting to one.
+    let mut expand_request = None;
+    match &cli.command {
+        Command::Create { kind } => return create(kind.as_ref(), cli.namespace.as_deref()),
+        Command::Expand(args) => {
+            let request = expand::validate(args)?;
+            let vm = match &request.source {
+                expand::Source::File(path) => Some(expand::read_vm(path)?),
+                expand::Source::Vm(_) => None,
+            };
+            expand_request = Some((request, vm));
+        }
+        _ => {}
+    }
     let streaming = matches!(cli.command, Command::Console { .. });
     let config = client::config(cli.kubeconfig.as_deref(), streaming)
         .await
@@ -19,6 +56,16 @@ async fn run(cli: Cli) -> Result<(), String> {
         .clone()
         .unwrap_or_else(|| config.default_namespace.clone());
     let kube = client::client(config).map_err(|e| e.to_string())?;
+    if let Some((request, vm)) = expand_request {
+        let call = expand::call(&request.source, &namespace, vm.as_ref());
+        let body = client::send(&kube, &call)
+            .await
+            .map_err(|e| format!("{} {e}", call.failure))?;
+        let text =
+            expand::render(&body, request.output).map_err(|e| format!("{} {e}", call.failure))?;
+        print!("{text}");
+        return Ok(());
+    }
     match &cli.command {
         Command::Console { name, timeout } => {
             let end = console::run(&kube, &namespace, name, Duration::from_secs(timeout * 60))
