@@ -1,5 +1,5 @@
-//! KubeVirt's other API groups on the local cluster (snapshots, exports, clones,
-//! instance types, ...): every kind is served at each of KubeVirt's versions (listing and
+//! KubeVirt's other API groups on the local cluster (exports, backups,
+//! plugins, ...): every kind is served at each of KubeVirt's versions (listing and
 //! deleting them never gives a 404, as KubeVirt's functional tests need after each spec), and
 //! virt-controller marks each object with the kind's NotSupported condition once, with one
 //! Warning event, and writes nothing more.
