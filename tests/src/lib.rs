@@ -58,7 +58,96 @@ pub async fn client() -> Client {
     crds.get("virtualmachineinstances.kubevirt.io")
         .await
         .unwrap_or_else(|e| panic!("{missing}: the kubevirt.io CRDs are not installed: {e}"));
+    wait_for_virt_api(&client).await;
     client
+}
+
+/// How long a test waits for virt-api to have a ready endpoint before it starts.
+const VIRT_API_READY: Duration = Duration::from_secs(60);
+
+/// Waits until the virt-api Service has a ready endpoint (every VM and VMI passes its
+/// webhooks), for a while after an upgrade or a busy spell; panics with the state of virt-api's
+/// Pods and of the nodes when it has none by then.
+async fn wait_for_virt_api(client: &Client) {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "kubevirt");
+    let by_service = ListParams::default().labels("kubernetes.io/service-name=virt-api");
+    let deadline = Instant::now() + VIRT_API_READY;
+    loop {
+        let ready = slices.list(&by_service).await.is_ok_and(|list| {
+            list.items
+                .iter()
+                .flat_map(|s| s.endpoints.iter().flatten())
+                .any(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(false))
+        });
+        if ready {
+            return;
+        }
+        if Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "kubevirt");
+    let pods = pods
+        .list(&ListParams::default().labels("kubevirt.io=virt-api"))
+        .await
+        .map(|list| {
+            list.items
+                .iter()
+                .map(|p| {
+                    let status = p.status.clone().unwrap_or_default();
+                    format!(
+                        "{} on {}: phase {}, conditions {:?}, containers {:?}",
+                        p.name_any(),
+                        p.spec
+                            .as_ref()
+                            .and_then(|s| s.node_name.clone())
+                            .unwrap_or_default(),
+                        status.phase.unwrap_or_default(),
+                        status
+                            .conditions
+                            .unwrap_or_default()
+                            .iter()
+                            .map(|c| format!(
+                                "{}={} {}",
+                                c.type_,
+                                c.status,
+                                c.message.clone().unwrap_or_default()
+                            ))
+                            .collect::<Vec<_>>(),
+                        status
+                            .container_statuses
+                            .unwrap_or_default()
+                            .iter()
+                            .map(|c| format!(
+                                "ready={} restarts={} state={:?}",
+                                c.ready, c.restart_count, c.state
+                            ))
+                            .collect::<Vec<_>>(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        });
+    let nodes: Api<Node> = Api::all(client.clone());
+    let nodes = nodes.list(&ListParams::default()).await.map(|list| {
+        list.items
+            .iter()
+            .map(|n| {
+                let ready = n
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+                    .map(|c| c.status.clone())
+                    .unwrap_or_default();
+                format!("{} Ready={ready}", n.name_any())
+            })
+            .collect::<Vec<_>>()
+    });
+    panic!(
+        "virt-api has no ready endpoint after {VIRT_API_READY:?}, so no VM or VMI can pass its webhooks; its Pods: {pods:?}; the nodes: {nodes:?}"
+    );
 }
 
 /// A namespace that is deleted when dropped, whatever the test's outcome.
