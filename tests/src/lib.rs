@@ -150,6 +150,18 @@ async fn wait_for_virt_api(client: &Client) {
     );
 }
 
+/// Sets a VM's `spec.runStrategy` by a merge patch.
+pub async fn set_run_strategy(vms: &Api<api::VirtualMachine>, name: &str, strategy: &str) {
+    let patch = serde_json::json!({"spec": {"runStrategy": strategy}});
+    vms.patch(
+        name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("runStrategy {strategy} patched into VM {name}: {e}"));
+}
+
 /// A namespace that is deleted when dropped, whatever the test's outcome.
 pub struct TestNamespace {
     pub name: String,

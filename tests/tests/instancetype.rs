@@ -12,8 +12,8 @@ use std::time::Duration;
 use api::instancetype::{LABEL_OBJECT_KIND, LABEL_OBJECT_NAME};
 use api::{VirtualMachine, VirtualMachineInstance};
 use ferrovirt_tests::{
-    client, kubectl, patch_kubevirt_cr, virtctl, wait_for, wait_running, ClusterChange,
-    ClusterLock, TestNamespace,
+    client, kubectl, patch_kubevirt_cr, set_run_strategy, virtctl, wait_for, wait_running,
+    ClusterChange, ClusterLock, TestNamespace,
 };
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
@@ -78,16 +78,6 @@ fn size(vmi: &VirtualMachineInstance) -> (Option<u32>, Option<u32>, Option<u32>,
         cpu.threads,
         memory.guest.map(|q| q.0).unwrap_or_default(),
     )
-}
-
-async fn set_run_strategy(vms: &Api<VirtualMachine>, name: &str, strategy: &str) {
-    vms.patch(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"runStrategy": strategy}})),
-    )
-    .await
-    .expect("run strategy patched");
 }
 
 #[tokio::test]

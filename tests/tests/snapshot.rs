@@ -19,8 +19,8 @@ use api::snapshot::{
 };
 use api::{VirtualMachine, VirtualMachineInstance};
 use ferrovirt_tests::{
-    client, patch_kubevirt_cr, tiny_vm, wait_for, wait_running, ClusterChange, ClusterLock,
-    TestNamespace,
+    client, patch_kubevirt_cr, set_run_strategy, tiny_vm, wait_for, wait_running, ClusterChange,
+    ClusterLock, TestNamespace,
 };
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -69,16 +69,6 @@ async fn wait_complete(restores: &Api<VirtualMachineRestore>, name: &str) -> Vir
         (r.status.as_ref()?.complete == Some(true)).then_some(r)
     })
     .await
-}
-
-async fn set_run_strategy(vms: &Api<VirtualMachine>, name: &str, strategy: &str) {
-    vms.patch(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"runStrategy": strategy}})),
-    )
-    .await
-    .expect("run strategy patched");
 }
 
 fn guest_memory(vm: &VirtualMachine) -> Value {

@@ -6,11 +6,12 @@
 use std::time::Duration;
 
 use api::{VirtualMachine, VirtualMachineInstance, VmiPhase};
-use ferrovirt_tests::{client, kill_launcher, tiny_vm, virtctl, wait_for, TestNamespace};
+use ferrovirt_tests::{
+    client, kill_launcher, set_run_strategy, tiny_vm, virtctl, wait_for, TestNamespace,
+};
 use k8s_openapi::api::core::v1::Event;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, PostParams};
 use kube::Api;
-use serde_json::json;
 
 const START: Duration = Duration::from_secs(240);
 
@@ -36,13 +37,6 @@ async fn printable_status(vms: &Api<VirtualMachine>, name: &str, want: &str) {
         },
     )
     .await
-}
-
-async fn set_run_strategy(vms: &Api<VirtualMachine>, name: &str, strategy: &str) {
-    let patch = json!({"spec": {"runStrategy": strategy}});
-    vms.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .expect("runStrategy patched");
 }
 
 #[tokio::test]

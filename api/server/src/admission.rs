@@ -483,46 +483,54 @@ fn validate_snapshot_kind(
     if value.pointer("/metadata/deletionTimestamp").is_some() {
         return response;
     }
-    let update = request.operation == Operation::Update;
-    let errors = match kind {
-        snapshot::Kind::Snapshot => {
-            let new: VirtualMachineSnapshot = match serde_json::from_value(value) {
-                Ok(new) => new,
-                Err(e) => return deny(response, &e.to_string(), &[]),
-            };
-            if update {
-                match old_object::<VirtualMachineSnapshot>(request) {
-                    Ok(old) => rules::validate_spec_unchanged(&old.spec, &new.spec),
-                    Err(message) => return deny(response, &message, &[]),
-                }
-            } else if facts.gate_off {
-                return deny(response, rules::SNAPSHOT_GATE_OFF, &[]);
-            } else {
-                rules::validate_snapshot(&new)
-            }
-        }
-        snapshot::Kind::Restore => {
-            let new: VirtualMachineRestore = match serde_json::from_value(value) {
-                Ok(new) => new,
-                Err(e) => return deny(response, &e.to_string(), &[]),
-            };
-            if update {
-                match old_object::<VirtualMachineRestore>(request) {
-                    Ok(old) => rules::validate_spec_unchanged(&old.spec, &new.spec),
-                    Err(message) => return deny(response, &message, &[]),
-                }
-            } else if facts.gate_off {
-                return deny(response, rules::RESTORE_GATE_OFF, &[]);
-            } else {
-                rules::validate_restore(&new, &facts.restores_in_progress)
-            }
-        }
-        snapshot::Kind::Content => Vec::new(),
+    let judged = match kind {
+        snapshot::Kind::Snapshot => judge_new_or_changed(
+            value,
+            request,
+            facts.gate_off.then_some(rules::SNAPSHOT_GATE_OFF),
+            |s: &VirtualMachineSnapshot| &s.spec,
+            rules::validate_snapshot,
+        ),
+        snapshot::Kind::Restore => judge_new_or_changed(
+            value,
+            request,
+            facts.gate_off.then_some(rules::RESTORE_GATE_OFF),
+            |r: &VirtualMachineRestore| &r.spec,
+            |new| rules::validate_restore(new, &facts.restores_in_progress),
+        ),
+        snapshot::Kind::Content => Ok(Vec::new()),
+    };
+    let errors = match judged {
+        Ok(errors) => errors,
+        Err(message) => return deny(response, &message, &[]),
     };
     if errors.is_empty() {
         response
     } else {
         deny(response, "", &errors)
+    }
+}
+
+/// A snapshot kind's object judged: on an update, its spec unchanged; on a create, refused with
+/// `gate_off` when the gate is off, else by `on_create`. `Err`: the message to deny with.
+fn judge_new_or_changed<T: serde::de::DeserializeOwned, S: PartialEq>(
+    value: Value,
+    request: &AdmissionRequest<DynamicObject>,
+    gate_off: Option<&str>,
+    spec: impl Fn(&T) -> &S,
+    on_create: impl FnOnce(&T) -> Vec<FieldError>,
+) -> Result<Vec<FieldError>, String> {
+    let new: T = serde_json::from_value(value).map_err(|e| e.to_string())?;
+    if request.operation == Operation::Update {
+        let old = old_object::<T>(request)?;
+        return Ok(snapshot::validation::validate_spec_unchanged(
+            spec(&old),
+            spec(&new),
+        ));
+    }
+    match gate_off {
+        Some(message) => Err(message.to_string()),
+        None => Ok(on_create(&new)),
     }
 }
 
