@@ -84,8 +84,7 @@ pub fn body(apiserver: Result<&Info, &str>, config_resource_version: &str) -> (u
 }
 
 /// How long the API server may take to answer its version.
-#[cfg(feature = "client")]
-const APISERVER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+pub const APISERVER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Asks the API server for its version and answers (status and JSON body). The configuration's
 /// version is read first, so the answer never claims more than was in force when asked.

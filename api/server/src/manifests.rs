@@ -141,6 +141,10 @@ pub fn service(c: &InstallConfig) -> Service {
     }))
 }
 
+/// How long the kubelet waits for virt-api's `/healthz`: longer than `/healthz` waits for the
+/// API server.
+const READINESS_TIMEOUT_SECONDS: u64 = api::healthz::APISERVER_TIMEOUT.as_secs() + 1;
+
 pub fn deployment(c: &InstallConfig) -> Deployment {
     typed(json!({
         "metadata": {"name": NAME, "namespace": c.namespace, "labels": labels()},
@@ -163,8 +167,12 @@ pub fn deployment(c: &InstallConfig) -> Deployment {
                             "--handler-namespace", c.namespace,
                         ],
                         "ports": [{"name": "https", "containerPort": PORT}],
+                        // `/healthz` asks the API server for its version, which may take up
+                        // to api::healthz::APISERVER_TIMEOUT on a busy node: the probe waits for
+                        // that answer rather than the kubelet's 1 s default.
                         "readinessProbe": {"httpGet": {"path": "/healthz", "port": PORT,
-                                                       "scheme": "HTTPS"}},
+                                                       "scheme": "HTTPS"},
+                                           "timeoutSeconds": READINESS_TIMEOUT_SECONDS},
                         "volumeMounts": [
                             {"name": "certs", "mountPath": "/etc/virt-api/certs", "readOnly": true},
                             // mutual TLS to virt-handler's console and action server.
@@ -357,6 +365,24 @@ mod tests {
         let svc = vm.client_config.service.as_ref().unwrap();
         assert_eq!(svc.path.as_deref(), Some("/validate-virtualmachines"));
         assert_eq!(vm.client_config.ca_bundle.as_ref().unwrap().0, c.ca_bundle);
+    }
+
+    /// The readiness probe outwaits `/healthz`'s own wait for the API server, so a slow API
+    /// server makes a 500 the kubelet reads, not a probe timeout.
+    #[test]
+    fn readiness_probe_outwaits_the_api_server_check() {
+        let d = deployment(&config(WebhookTarget::Service));
+        let container = &d.spec.unwrap().template.spec.unwrap().containers[0];
+        let probe = container.readiness_probe.as_ref().unwrap();
+        assert_eq!(
+            probe.http_get.as_ref().unwrap().path.as_deref(),
+            Some("/healthz")
+        );
+        let timeout = probe.timeout_seconds.unwrap() as u64;
+        assert!(
+            timeout > api::healthz::APISERVER_TIMEOUT.as_secs(),
+            "{timeout}"
+        );
     }
 
     #[test]
