@@ -3,6 +3,7 @@ use std::collections::BTreeMap;
 use serde_json::{json, Value};
 
 use super::*;
+use crate::instancetype::requirements::check_requirements;
 
 fn applied(
     it: Option<Value>,

@@ -17,6 +17,7 @@
 pub mod apply;
 #[cfg(feature = "client")]
 pub mod find;
+pub mod requirements;
 pub mod validation;
 
 use std::collections::BTreeMap;
@@ -506,7 +507,7 @@ pub fn validate_vm(
             }
             crate::defaults::default_vmi_spec(spec);
             let value = serde_json::to_value(&*spec).expect("a VMI spec is JSON");
-            if let Err(unmet) = apply::check_requirements(instancetype, preference, &value) {
+            if let Err(unmet) = requirements::check_requirements(instancetype, preference, &value) {
                 return Err(vec![FieldError::invalid(
                     crate::validation::Path::root(&unmet.field),
                     format!(
