@@ -283,6 +283,12 @@ fn expected_kind(resource: &str) -> Option<&'static str> {
         .map(|(_, k)| *k)
 }
 
+/// The request's object as JSON.
+fn object_value(object: Option<&DynamicObject>) -> Result<Value, String> {
+    let object = object.ok_or_else(|| "the request has no object".to_string())?;
+    serde_json::to_value(object).map_err(|e| e.to_string())
+}
+
 /// Parses the request's object as the kind its URL names.
 fn parse_object(
     resource: &str,
@@ -291,10 +297,7 @@ fn parse_object(
     let Some(kind) = expected_kind(resource) else {
         return Err(format!("no webhook for resource {resource:?}"));
     };
-    let Some(object) = object else {
-        return Err("the request has no object".to_string());
-    };
-    let value = serde_json::to_value(object).map_err(|e| e.to_string())?;
+    let value = object_value(object)?;
     let parsed = KubeVirtObject::from_value(value.clone()).map_err(|e| e.to_string())?;
     let value_kind = value
         .get("kind")
@@ -423,12 +426,9 @@ fn validate_instancetype_kind(
     kind: Kind,
     object: Option<&DynamicObject>,
 ) -> AdmissionResponse {
-    let Some(object) = object else {
-        return deny(response, "the request has no object", &[]);
-    };
-    let value = match serde_json::to_value(object) {
+    let value = match object_value(object) {
         Ok(value) => value,
-        Err(e) => return deny(response, &e.to_string(), &[]),
+        Err(message) => return deny(response, &message, &[]),
     };
     let value_kind = value["kind"].as_str().unwrap_or_default();
     if value_kind != kind.name() {
@@ -468,12 +468,9 @@ fn validate_snapshot_kind(
     facts: &SnapshotFacts,
 ) -> AdmissionResponse {
     use snapshot::validation as rules;
-    let Some(object) = request.object.as_ref() else {
-        return deny(response, "the request has no object", &[]);
-    };
-    let value = match serde_json::to_value(object) {
+    let value = match object_value(request.object.as_ref()) {
         Ok(value) => value,
-        Err(e) => return deny(response, &e.to_string(), &[]),
+        Err(message) => return deny(response, &message, &[]),
     };
     let value_kind = value["kind"].as_str().unwrap_or_default();
     if value_kind != kind.sibling().kind {
@@ -540,12 +537,9 @@ fn validate_clone(
     request: &AdmissionRequest<DynamicObject>,
     facts: &SnapshotFacts,
 ) -> AdmissionResponse {
-    let Some(object) = request.object.as_ref() else {
-        return deny(response, "the request has no object", &[]);
-    };
-    let value = match serde_json::to_value(object) {
+    let value = match object_value(request.object.as_ref()) {
         Ok(value) => value,
-        Err(e) => return deny(response, &e.to_string(), &[]),
+        Err(message) => return deny(response, &message, &[]),
     };
     if value.pointer("/metadata/deletionTimestamp").is_some() {
         return response;
