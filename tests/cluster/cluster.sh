@@ -33,7 +33,8 @@ usage: $0 COMMAND [ARGS]
   build-binary-image REF BINARY...
                          image of BINARY(s) and their shared libraries (entrypoint: the first)
   push-guest-images      push guest-images/build.sh's containerDisk and kernel images, and the Debian cloud image
-                         (as quay.io/kubevirt/cirros-container-disk-demo:latest and :devel,
+                         (as registry:5000/ferrovirt/tiny-container-disk:latest and :devel,
+                         quay.io/kubevirt/cirros-container-disk-demo:latest and :devel,
                          quay.io/kubevirt/ferrovirt-kernel-boot:latest,
                          quay.io/kubevirt/alpine-container-disk-demo:latest)
   kubectl ARGS...        the cluster's kubectl (v${KUBE_VERSION#v}) as cluster-admin

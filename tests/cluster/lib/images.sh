@@ -121,13 +121,15 @@ ensure_vm_killer_image() {
         die "could not tag $VM_KILLER_IMAGE as latest"
 }
 
-# The guest images that guest-images/build.sh leaves in its cache, under the
-# names KubeVirt's example manifests use.
+# The guest images that guest-images/build.sh leaves in its cache: the stand-ins under the
+# names KubeVirt's example manifests and suite use, the tiny guest under its own name.
 GUEST_IMAGES_DIR=${FERROVIRT_GUEST_IMAGES_CACHE:-$CACHE_DIR/guest-images}/current
 GUEST_IMAGE_REFS=(
-    "oci/containerdisk quay.io/kubevirt/cirros-container-disk-demo:latest"
-    "oci/containerdisk quay.io/kubevirt/cirros-container-disk-demo:devel"
+    "oci/containerdisk registry:5000/ferrovirt/tiny-container-disk:latest"
+    "oci/containerdisk registry:5000/ferrovirt/tiny-container-disk:devel"
     "oci/kernel-boot quay.io/kubevirt/ferrovirt-kernel-boot:latest"
+    "oci/cirros-containerdisk quay.io/kubevirt/cirros-container-disk-demo:latest"
+    "oci/cirros-containerdisk quay.io/kubevirt/cirros-container-disk-demo:devel"
     "oci/alpine-containerdisk quay.io/kubevirt/alpine-container-disk-demo:latest"
 )
 
@@ -150,6 +152,28 @@ push_guest_images() {
         have=$(crane_ digest "$(local_ref "$ref")" 2>/dev/null || true)
         [[ -n $have && $have == "$(layout_digest "$dir")" ]] && continue
         push_image "$dir" "$ref"
+        [[ -n $have ]] && forget_node_images "$ref"
+    done
+}
+
+# forget_node_images REF: a tag the registry now gives another image is forgotten by the
+# nodes' containerd, under every registry name it was pulled by, so that Pods that pull it
+# IfNotPresent (containerDisks tagged other than latest) get the new image.
+forget_node_images() {
+    local want node name
+    want=$(local_ref "$1")
+    for node in $(node_names); do
+        load_node "$node"
+        if ((NODE_KVM)); then
+            log "node $node is a KVM node: it keeps the copy of $1 it may have pulled"
+            continue
+        fi
+        holder_running "$node" || continue
+        in_node "$node" ctr -n k8s.io images ls -q 2>/dev/null | while read -r name; do
+            [[ $(local_ref "$name") == "$want" ]] || continue
+            in_node "$node" ctr -n k8s.io images rm "$name" </dev/null >/dev/null &&
+                log "node $node forgot $name (the registry has a new $1)"
+        done
     done
 }
 
