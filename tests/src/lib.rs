@@ -391,7 +391,7 @@ pub fn tiny_vmi_spec(user_data: &str) -> serde_json::Value {
         "terminationGracePeriodSeconds": 0,
         "volumes": [
             {"name": "containerdisk",
-             "containerDisk": {"image": "registry:5000/kubevirt/cirros-container-disk-demo:devel"}},
+             "containerDisk": {"image": "registry:5000/ferrovirt/tiny-container-disk:devel"}},
             {"name": "cloudinitdisk", "cloudInitNoCloud": {"userData": user_data}}
         ]
     })

@@ -38,7 +38,7 @@ pub fn counting_vm(name: &str, empty_disk: &str) -> VirtualMachine {
                     "terminationGracePeriodSeconds": 0,
                     "volumes": [
                         {"name": "containerdisk",
-                         "containerDisk": {"image": "registry:5000/kubevirt/cirros-container-disk-demo:devel"}},
+                         "containerDisk": {"image": "registry:5000/ferrovirt/tiny-container-disk:devel"}},
                         {"name": "cloudinitdisk", "cloudInitNoCloud": {"userData": user_data}},
                         {"name": "emptydisk", "emptyDisk": {"capacity": empty_disk}}
                     ]

@@ -3,7 +3,7 @@
 //!
 //! A VirtualMachine made from `examples/vm-cirros.yaml` (its own name, `runStrategy: Halted`)
 //! in a namespace of its own; then `virtctl start`, the VMI Running (also in `kubectl get
-//! vmis`), `virtctl console` on a pseudo-terminal: the guest's login prompt, a login as
+//! vmis`) and booted from the cirros stand-in's own `/boot/grub/grub.cfg`, `virtctl console` on a pseudo-terminal: the guest's login prompt, a login as
 //! `cirros`, a command whose output only the guest's shell can print, Ctrl+] to leave;
 //! `virtctl pause vmi` (Paused condition) and `unpause` (the console answers again),
 //! `virtctl restart` (a new VMI that runs), `virtctl stop` (no VMI, the VM Stopped). And what
@@ -278,6 +278,13 @@ async fn getting_started_with_virtctl() {
         &format!("VM {VM} was scheduled to start"),
     );
     let first = running_vmi(&vmis, None).await;
+    // The stand-in for KubeVirt's cirros image boots its own kernel, as grub.cfg names it.
+    let (reason, message) = ferrovirt_tests::boot_source(&first);
+    assert_eq!(reason, "UserDisk", "BootSource: {message}");
+    assert!(
+        message.contains("/boot/grub/grub.cfg") && message.contains("cirros-rootfs"),
+        "BootSource does not name the image's grub.cfg and root: {message}"
+    );
     kubectl_shows_running(ns);
     the_other_commands(ns);
 

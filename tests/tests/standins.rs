@@ -1,10 +1,11 @@
-//! The stand-in for KubeVirt's `alpine-container-disk-demo` (`guest-images/standins/build.sh`,
-//! pushed by the cluster's bring-up as `quay.io/kubevirt/alpine-container-disk-demo:latest`, the
-//! name KubeVirt's documentation and functional suite use) boots as a user's image does: from
-//! the kernel, initramfs and command line its own `/boot/extlinux.conf` names, on a partitioned
-//! disk, never from Ferrovirt's bundled kernel. The VMI is the one KubeVirt's suite makes with
-//! `libvmifact.NewAlpine()` (128Mi, the containerDisk alone); its console behaves as the
-//! original's, as KubeVirt's `console.LoginToAlpine` expects it.
+//! The stand-ins for KubeVirt's `alpine-container-disk-demo` and `cirros-container-disk-demo`
+//! (`guest-images/standins/build.sh`, pushed by the cluster's bring-up under the names
+//! KubeVirt's documentation and functional suite use) boot as a user's image does: from the
+//! kernel, initramfs and command line their own boot configuration names (Alpine's
+//! `/boot/extlinux.conf`, CirrOS's `/boot/grub/grub.cfg`), on a partitioned disk, never from
+//! Ferrovirt's bundled kernel. The VMIs are the ones KubeVirt's suite makes with
+//! `libvmifact.NewAlpine()` and `NewCirros()` (128Mi, the containerDisk alone); their consoles
+//! behave as the originals', as KubeVirt's `console.LoginToAlpine` and `LoginToCirros` expect.
 
 use std::time::{Duration, Instant};
 
@@ -14,13 +15,19 @@ use ferrovirt_tests::{boot_source, client, wait_running, TestNamespace};
 use kube::api::PostParams;
 use kube::Api;
 
-const IMAGE: &str = "quay.io/kubevirt/alpine-container-disk-demo:latest";
+const ALPINE: &str = "quay.io/kubevirt/alpine-container-disk-demo:latest";
+/// As KubeVirt's suite names it with this cluster's container prefix and tag.
+const CIRROS: &str = "registry:5000/kubevirt/cirros-container-disk-demo:devel";
 /// Pulling the image and booting Debian's kernel under QEMU TCG on a loaded host.
 const BOOT: Duration = Duration::from_secs(300);
-/// The root filesystem's UUID that the image's extlinux.conf names (build.sh's `root_uuid`).
+/// The root filesystem's UUID that the Alpine image's extlinux.conf names (build.sh's
+/// `root_uuid`).
 const ROOT_UUID: &str = "5a1f1e2d-3c4b-4a59-8e7f-a1b2c3d4e5f6";
+/// What CirrOS's console shows above its login prompt; KubeVirt's LoginToCirros waits for it.
+const CIRROS_BANNER: &str =
+    "login as 'cirros' user. default password: 'gocubsgo'. use 'sudo' for root.";
 
-fn alpine_vmi(name: &str) -> VirtualMachineInstance {
+fn standin_vmi(name: &str, image: &str) -> VirtualMachineInstance {
     serde_json::from_value(serde_json::json!({
         "apiVersion": "kubevirt.io/v1",
         "kind": "VirtualMachineInstance",
@@ -31,7 +38,7 @@ fn alpine_vmi(name: &str) -> VirtualMachineInstance {
                 "resources": {"requests": {"memory": "128Mi"}}
             },
             "terminationGracePeriodSeconds": 0,
-            "volumes": [{"name": "disk0", "containerDisk": {"image": IMAGE}}]
+            "volumes": [{"name": "disk0", "containerDisk": {"image": image}}]
         }
     }))
     .expect("a VirtualMachineInstance")
@@ -52,14 +59,41 @@ fn alpine_session(namespace: &str, vmi: &str) -> Result<(String, Duration), Stri
     Ok((console.escape()?, to_login))
 }
 
-#[tokio::test]
-async fn the_alpine_stand_in_boots_its_own_kernel_and_logs_in_as_kubevirts_suite_expects() {
+/// Logs in as KubeVirt's LoginToCirros does (the banner, `<hostname> login:`, cirros and
+/// gocubsgo, a prompt ending in `$ `) and asks the guest what booted it, who sudo makes it and
+/// its host name (the VMI's, from the DHCP lease).
+fn cirros_session(namespace: &str, vmi: &str) -> Result<(String, Duration), String> {
+    let started = Instant::now();
+    let mut console = ConsoleSession::open(namespace, vmi)?;
+    console.prompt(CIRROS_BANNER, BOOT)?;
+    console.prompt(&format!("{vmi} login: "), BOOT)?;
+    let to_login = started.elapsed();
+    console.login("cirros", "gocubsgo", BOOT)?;
+    console.run(
+        "echo \"kernel=$(uname -r | grep -c cloud-amd64)$((0)) $(grep -o 'root=LABEL=[a-z-]*' /proc/cmdline)\"",
+        "kernel=10 root=LABEL=cirros-rootfs",
+    )?;
+    console.run(
+        "echo \"sudo=$(sudo id -u)$((0)) host=$(hostname)\"",
+        &format!("sudo=00 host={vmi}"),
+    )?;
+    Ok((console.escape()?, to_login))
+}
+
+/// Creates the VMI of `image`, checks its BootSource names each of `boot_files`, runs `session`
+/// on its console and returns what the console showed.
+async fn boot_standin(
+    what: &str,
+    image: &str,
+    boot_files: &[&str],
+    session: fn(&str, &str) -> Result<(String, Duration), String>,
+) -> String {
     let client = client().await;
-    let namespace = TestNamespace::create(&client, "e2e-standin").await;
+    let namespace = TestNamespace::create(&client, &format!("e2e-standin-{what}")).await;
     let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), &namespace.name);
-    let name = "alpine";
+    let name = what;
     let created = Instant::now();
-    vmis.create(&PostParams::default(), &alpine_vmi(name))
+    vmis.create(&PostParams::default(), &standin_vmi(name, image))
         .await
         .unwrap_or_else(|e| panic!("VMI {name} created: {e}"));
     let running = wait_running(&vmis, name, BOOT).await;
@@ -67,25 +101,53 @@ async fn the_alpine_stand_in_boots_its_own_kernel_and_logs_in_as_kubevirts_suite
     let (reason, message) = boot_source(&running);
     let says = format!("{reason} {message:?}");
     assert_eq!(reason, "UserDisk", "{says}");
-    for part in ["/boot/vmlinuz-virt", "/boot/extlinux.conf"] {
+    for part in boot_files {
         assert!(
             message.contains(part),
             "BootSource does not name {part}: {says}"
         );
     }
-    let ns = namespace.name.clone();
-    let (transcript, to_login) = tokio::task::spawn_blocking(move || alpine_session(&ns, name))
+    let (ns, vmi) = (namespace.name.clone(), name.to_string());
+    let (transcript, to_login) = tokio::task::spawn_blocking(move || session(&ns, &vmi))
         .await
         .expect("the console session thread")
         .unwrap_or_else(|e| panic!("virtctl console {name}: {e}"));
+    println!(
+        "standins: {what}: VMI Running {:.1} s after creation, login prompt {:.1} s after it; \
+         BootSource: {says}",
+        to_running.as_secs_f64(),
+        (to_running + to_login).as_secs_f64()
+    );
+    transcript
+}
+
+#[tokio::test]
+async fn the_alpine_stand_in_boots_its_own_kernel_and_logs_in_as_kubevirts_suite_expects() {
+    let transcript = boot_standin(
+        "alpine",
+        ALPINE,
+        &["/boot/vmlinuz-virt", "/boot/extlinux.conf"],
+        alpine_session,
+    )
+    .await;
     assert!(
         transcript.contains("Welcome to Alpine Linux"),
         "the image's /etc/issue is not on the console:\n{transcript}"
     );
-    println!(
-        "standins: alpine: VMI Running {:.1} s after creation, login prompt {:.1} s after it; \
-         BootSource: {says}",
-        to_running.as_secs_f64(),
-        (to_running + to_login).as_secs_f64()
+}
+
+#[tokio::test]
+async fn the_cirros_stand_in_boots_its_own_kernel_and_logs_in_as_kubevirts_suite_expects() {
+    let transcript = boot_standin(
+        "cirros",
+        CIRROS,
+        &["/boot/vmlinuz-", "/boot/grub/grub.cfg", "cirros-rootfs"],
+        cirros_session,
+    )
+    .await;
+    // The logo's backslashes survive getty's escapes.
+    assert!(
+        transcript.contains("\\___//_//_/  /_/   \\____/___/"),
+        "CirrOS's logo is not on the console as written:\n{transcript}"
     );
 }

@@ -31,7 +31,7 @@ fn nocloud_vmi() -> VirtualMachineInstance {
             "terminationGracePeriodSeconds": 0,
             "volumes": [
                 {"name": "containerdisk",
-                 "containerDisk": {"image": "registry:5000/kubevirt/cirros-container-disk-demo:devel"}},
+                 "containerDisk": {"image": "registry:5000/ferrovirt/tiny-container-disk:devel"}},
                 {"name": "cloudinitdisk",
                  "cloudInitNoCloud": {"userData": format!("#!/bin/sh\n\necho '{USER_DATA_OUTPUT}'\n")}},
                 {"name": "emptydisk", "emptyDisk": {"capacity": "2Gi"}}
