@@ -1,6 +1,7 @@
 #!/bin/bash
 # Builds Ferrovirt's stand-ins for the demo images KubeVirt's documentation and functional suite
-# boot most, alpine-container-disk-demo and cirros-container-disk-demo: none of KubeVirt's demo
+# boot most, alpine-container-disk-demo, cirros-container-disk-demo and
+# fedora-with-test-tooling-container-disk: none of KubeVirt's demo
 # images can be pulled here, and each stand-in is built like its original, a partitioned disk
 # that carries its own kernel and boot files, so a VM of it takes the boot path a user's image
 # takes:
@@ -30,7 +31,18 @@
 # Its system is the tiny guest's, so cloud-init's NoCloud user-data and the ready marker behave
 # as on the tiny disk.
 #
-# SET_DIR receives, for NAME in alpine and cirros:
+# fedora (as Fedora Cloud's disk image is laid out, for KubeVirt's
+# fedora-with-test-tooling-container-disk): GPT with a BIOS boot partition, an EFI system
+# partition whose EFI/fedora/grub.cfg searches /boot by UUID and hands over to its
+# grub2/grub.cfg, an ext4 /boot whose grub.cfg loads grubenv (saved_entry) and runs blscfg over
+# loader/entries/<machine-id>-<release>.conf (the BLS entry with the kernel, initramfs and
+# root=UUID=), and an ext4 root (Fedora's is btrfs; the stand-in's kernel reads ext4). The
+# console behaves as the original's: `<hostname> login: ` (fedora, or the VMI's name from DHCP),
+# fedora/fedora in group wheel, the prompt `[fedora@<hostname> ~]$ `, `sudo su` to
+# `[root@<hostname> fedora]# ` (KubeVirt's console.LoginToFedora); cloud-init's `password:` sets
+# fedora's password. No guest agent and none of the original's test tools beyond busybox's.
+#
+# SET_DIR receives, for NAME in alpine, cirros and fedora:
 #   standins/NAME/disk.qcow2        the disk (qcow2, compressed)
 #   standins/NAME/info.txt          root UUID, kernel release, sizes
 #   oci/NAME-containerdisk          the containerDisk (/disk/disk.qcow2)
@@ -80,7 +92,7 @@ boot_initramfs() {
 # the containerDisk oci/NAME-containerdisk.
 mbr_disk() {
     local name=$1 tree=$2 fstype=$3 uuid=$4 label=$5 disk_mib=$6 label_id=$7
-    local raw=$work/$name.img root=$work/$name.root out=$set_dir/standins/$name staging
+    local raw=$work/$name.img root=$work/$name.root
     log "$name: the disk (MBR, $fstype root at 1 MiB, $disk_mib MiB)"
     find "$tree" -exec touch -h -d "@$epoch" {} +
     "mkfs.$fstype" -q -F -L "$label" -U "$uuid" -E "root_owner=0:0,hash_seed=$uuid" \
@@ -92,17 +104,23 @@ label-id: $label_id
 start=2048, type=83, bootable
 SFDISK
     dd if="$root" of="$raw" bs=1M seek=1 conv=notrunc,sparse status=none
+    publish_disk "$name" "$raw" "image=$name-container-disk-demo" "root_uuid=$uuid" \
+        "root_fstype=$fstype" "disk_mib=$disk_mib"
+}
+
+# publish_disk NAME RAW INFO_LINE...: the raw disk RAW as standins/NAME/disk.qcow2 (compressed),
+# its info.txt (the INFO_LINEs, the kernel release, the qcow2 size) and the containerDisk
+# oci/NAME-containerdisk (/disk/disk.qcow2).
+publish_disk() {
+    local name=$1 raw=$2 out=$set_dir/standins/$1 staging=$work/$1.staging
+    shift 2
     mkdir -p "$out"
     qemu-img convert -q -c -f raw -O qcow2 "$raw" "$out/disk.qcow2"
     {
-        echo "image=$name-container-disk-demo"
-        echo "root_uuid=$uuid"
-        echo "root_fstype=$fstype"
+        printf '%s\n' "$@"
         echo "kernel_release=$release"
-        echo "disk_mib=$disk_mib"
         echo "qcow2_bytes=$(stat -c %s "$out/disk.qcow2")"
     } >"$out/info.txt"
-    staging=$work/$name.staging
     mkdir -p "$staging/disk"
     cp "$out/disk.qcow2" "$staging/disk/disk.qcow2"
     chmod 0755 "$staging/disk" && chmod 0644 "$staging/disk/disk.qcow2"
@@ -212,6 +230,153 @@ GRUB
     mbr_disk cirros "$tree" ext3 "$root_uuid" cirros-rootfs 64 0xc1e05a0b
 }
 
+# fedora_issue: /etc/issue as Fedora's, naming what it stands in for.
+fedora_issue() {
+    cat <<'ISSUE'
+Fedora Linux 39 (Cloud Edition) (Ferrovirt's stand-in for KubeVirt's fedora-with-test-tooling-container-disk)
+Kernel \r on an \m (\l)
+
+ISSUE
+}
+
+build_fedora() {
+    local tree=$work/fedora boot=$work/fedora-boot esp=$work/fedora-esp.img raw=$work/fedora.img
+    local root_uuid=f3d0a9e1-7c2b-4e5d-9a8f-1b2c3d4e5f60 boot_uuid=f3d0b007-6a5b-4c3d-8e2f-0a1b2c3d4e5f
+    local esp_id=F3D0 machine_id=5f3d0a1c2b3e4d5f8a6b7c8d9e0f1a2b entry hash env
+    entry=$machine_id-$release
+    log "fedora: the root tree (the tiny guest's busybox system, as Fedora Cloud's console has it)"
+    stock_tree "$tree"
+    rm -rf "$tree/home/cirros"
+    mkdir -p "$tree/home/fedora" "$tree/boot/efi"
+    hash=$(/bin/busybox mkpasswd -m sha512 fedora ferrovirt.fedora)
+    cat >"$tree/etc/passwd" <<'PASSWD'
+root:x:0:0:root:/root:/bin/sh
+fedora:x:1000:1000:fedora Cloud User:/home/fedora:/bin/sh
+PASSWD
+    printf 'root:!:0:0:99999:7:::\nfedora:%s:0:0:99999:7:::\n' "$hash" >"$tree/etc/shadow"
+    chmod 600 "$tree/etc/shadow"
+    cat >"$tree/etc/group" <<'GROUP'
+root:x:0:
+tty:x:5:
+wheel:x:10:fedora
+fedora:x:1000:
+GROUP
+    chown -R 1000:1000 "$tree/home/fedora"
+    install -m 4755 -o 0 -g 0 "$work/sudo" "$tree/usr/bin/sudo"
+    # cloud-init's `password:` sets the password of Fedora's default user.
+    echo fedora >"$tree/etc/ferrovirt-default-user"
+    echo fedora >"$tree/etc/hostname"
+    printf '127.0.0.1\tlocalhost\n' >"$tree/etc/hosts"
+    fedora_issue >"$tree/etc/issue"
+    cat >"$tree/etc/profile" <<'PROFILE'
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+# Fedora's bash prompt, [\u@\h \W]\$ (the working directory's last component).
+export PS1='[\u@\h \W]\$ '
+cd "$HOME" 2>/dev/null
+PROFILE
+    cat >"$tree/etc/fstab" <<FSTAB
+UUID=$root_uuid / ext4 defaults 1 1
+UUID=$boot_uuid /boot ext4 defaults 1 2
+UUID=$esp_id-0001 /boot/efi vfat umask=0077,shortname=winnt 0 2
+FSTAB
+    echo "$machine_id" >"$tree/etc/machine-id"
+
+    log "fedora: /boot (Debian's stock kernel $release, an initramfs, BLS entry, grub2 with blscfg)"
+    mkdir -p "$boot/loader/entries" "$boot/grub2"
+    cp "$set_dir/stock/vmlinuz" "$boot/vmlinuz-$release"
+    boot_initramfs "$tree" "$boot/initramfs-$release.img"
+    cat >"$boot/loader/entries/$entry.conf" <<BLS
+title Fedora Linux ($release) 39 (Cloud Edition)
+version $release
+linux /vmlinuz-$release
+initrd /initramfs-$release.img
+options root=UUID=$root_uuid ro rootfstype=ext4 no_timer_check net.ifnames=0 console=tty1 console=ttyS0,115200n8
+grub_users \$grub_users
+grub_arg --unrestricted
+grub_class fedora
+BLS
+    # As grub2-mkconfig writes it on Fedora: grubenv picks the entry, blscfg reads the entries.
+    cat >"$boot/grub2/grub.cfg" <<GRUB
+#
+# DO NOT EDIT THIS FILE
+#
+# It is automatically generated by grub2-mkconfig using templates
+# from /etc/grub.d and settings from /etc/default/grub
+#
+
+### BEGIN /etc/grub.d/00_header ###
+set pager=1
+
+if [ -f \${config_directory}/grubenv ]; then
+  load_env -f \${config_directory}/grubenv
+elif [ -s \$prefix/grubenv ]; then
+  load_env
+fi
+if [ "\${next_entry}" ] ; then
+   set default="\${next_entry}"
+   set next_entry=
+   save_env next_entry
+   set boot_once=true
+else
+   set default="\${saved_entry}"
+fi
+serial --speed=115200
+terminal_input serial console
+terminal_output serial console
+set timeout=1
+### END /etc/grub.d/00_header ###
+
+### BEGIN /etc/grub.d/10_linux ###
+insmod part_gpt
+insmod ext2
+search --no-floppy --fs-uuid --set=root $boot_uuid
+insmod blscfg
+blscfg
+### END /etc/grub.d/10_linux ###
+GRUB
+    # grubenv: exactly 1024 bytes, padded with '#'.
+    env=$(printf '# GRUB Environment Block\nsaved_entry=%s\nboot_success=0\n' "$entry")
+    {
+        printf '%s\n' "$env"
+        head -c $((1024 - ${#env} - 1)) /dev/zero | tr '\0' '#'
+    } >"$boot/grub2/grubenv"
+
+    log "fedora: the ESP (vfat, EFI/fedora/grub.cfg that hands over to /boot/grub2/grub.cfg)"
+    mkdir -p "$work/fedora-efi/EFI/fedora"
+    cat >"$work/fedora-efi/EFI/fedora/grub.cfg" <<GRUB
+search --no-floppy --fs-uuid --set=dev $boot_uuid
+set prefix=(\$dev)/grub2
+export \$prefix
+configfile \$prefix/grub.cfg
+GRUB
+    find "$work/fedora-efi" -exec touch -h -d "@$epoch" {} +
+    mkfs.vfat -C -i "${esp_id}0001" -n EFI --invariant "$esp" 32768 >/dev/null
+    mmd -i "$esp" ::/EFI ::/EFI/fedora
+    mcopy -m -i "$esp" "$work/fedora-efi/EFI/fedora/grub.cfg" ::/EFI/fedora/grub.cfg
+
+    log "fedora: the disk (GPT: BIOS boot, ESP, /boot ext4, root ext4; 164 MiB)"
+    find "$tree" "$boot" -exec touch -h -d "@$epoch" {} +
+    mkfs.ext4 -q -F -L boot -U "$boot_uuid" -E "root_owner=0:0,hash_seed=$boot_uuid" \
+        -d "$boot" "$work/fedora-boot.ext4" 64M
+    mkfs.ext4 -q -F -L fedora -U "$root_uuid" -E "root_owner=0:0,hash_seed=$root_uuid" \
+        -d "$tree" "$work/fedora-root.ext4" 64M
+    truncate -s 164M "$raw"
+    sfdisk --no-reread --no-tell-kernel -q "$raw" <<SFDISK
+label: gpt
+label-id: F3D0D15C-0000-4000-8000-000000000001
+start=1MiB, size=1MiB, type=21686148-6449-6E6F-744E-656564454649, name="p.legacy"
+start=2MiB, size=32MiB, type=C12A7328-F81F-11D2-BA4B-00A0C93EC93B, name="p.UEFI"
+start=34MiB, size=64MiB, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name="p.lxboot"
+start=98MiB, size=64MiB, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name="p.lxroot"
+SFDISK
+    dd if="$esp" of="$raw" bs=1M seek=2 conv=notrunc,sparse status=none
+    dd if="$work/fedora-boot.ext4" of="$raw" bs=1M seek=34 conv=notrunc,sparse status=none
+    dd if="$work/fedora-root.ext4" of="$raw" bs=1M seek=98 conv=notrunc,sparse status=none
+    publish_disk fedora "$raw" "image=fedora-with-test-tooling-container-disk" \
+        "root_uuid=$root_uuid" "boot_uuid=$boot_uuid" "bls_entry=$entry" "disk_mib=164"
+}
+
 gcc -static -Os -Wall -Wextra -Werror -s -o "$work/sudo" "$here/sudo.c"
 build_alpine
 build_cirros
+build_fedora
