@@ -131,6 +131,8 @@ GUEST_IMAGE_REFS=(
     "oci/cirros-containerdisk quay.io/kubevirt/cirros-container-disk-demo:latest"
     "oci/cirros-containerdisk quay.io/kubevirt/cirros-container-disk-demo:devel"
     "oci/alpine-containerdisk quay.io/kubevirt/alpine-container-disk-demo:latest"
+    "oci/fedora-containerdisk quay.io/kubevirt/fedora-with-test-tooling-container-disk:latest"
+    "oci/fedora-containerdisk quay.io/kubevirt/fedora-with-test-tooling-container-disk:devel"
 )
 
 # layout_digest DIR: the digest of the first manifest of an OCI layout's index.
