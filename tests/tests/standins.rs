@@ -1,11 +1,13 @@
-//! The stand-ins for KubeVirt's `alpine-container-disk-demo` and `cirros-container-disk-demo`
-//! (`guest-images/standins/build.sh`, pushed by the cluster's bring-up under the names
-//! KubeVirt's documentation and functional suite use) boot as a user's image does: from the
-//! kernel, initramfs and command line their own boot configuration names (Alpine's
-//! `/boot/extlinux.conf`, CirrOS's `/boot/grub/grub.cfg`), on a partitioned disk, never from
-//! Ferrovirt's bundled kernel. The VMIs are the ones KubeVirt's suite makes with
-//! `libvmifact.NewAlpine()` and `NewCirros()` (128Mi, the containerDisk alone); their consoles
-//! behave as the originals', as KubeVirt's `console.LoginToAlpine` and `LoginToCirros` expect.
+//! The stand-ins for KubeVirt's `alpine-container-disk-demo`, `cirros-container-disk-demo` and
+//! `fedora-with-test-tooling-container-disk` (`guest-images/standins/build.sh`, pushed by the
+//! cluster's bring-up under the names KubeVirt's documentation and functional suite use) boot as
+//! a user's image does: from the kernel, initramfs and command line their own boot configuration
+//! names (Alpine's `/boot/extlinux.conf`, CirrOS's `/boot/grub/grub.cfg`, Fedora's BLS entry
+//! through the ESP's grub.cfg, `/boot`'s grub.cfg, grubenv and `blscfg`), on a partitioned disk,
+//! never from Ferrovirt's bundled kernel. The VMIs are like those KubeVirt's suite makes with
+//! `libvmifact.NewAlpine()`, `NewCirros()` and `NewFedora()` (128Mi, the containerDisk alone);
+//! their consoles behave as the originals', as KubeVirt's `console.LoginToAlpine`,
+//! `LoginToCirros` and `LoginToFedora` expect.
 
 use std::time::{Duration, Instant};
 
@@ -18,11 +20,14 @@ use kube::Api;
 const ALPINE: &str = "quay.io/kubevirt/alpine-container-disk-demo:latest";
 /// As KubeVirt's suite names it with this cluster's container prefix and tag.
 const CIRROS: &str = "registry:5000/kubevirt/cirros-container-disk-demo:devel";
+const FEDORA: &str = "registry:5000/kubevirt/fedora-with-test-tooling-container-disk:devel";
 /// Pulling the image and booting Debian's kernel under QEMU TCG on a loaded host.
 const BOOT: Duration = Duration::from_secs(300);
 /// The root filesystem's UUID that the Alpine image's extlinux.conf names (build.sh's
 /// `root_uuid`).
 const ROOT_UUID: &str = "5a1f1e2d-3c4b-4a59-8e7f-a1b2c3d4e5f6";
+/// The root filesystem's UUID that the Fedora image's BLS entry names.
+const FEDORA_ROOT_UUID: &str = "f3d0a9e1-7c2b-4e5d-9a8f-1b2c3d4e5f60";
 /// What CirrOS's console shows above its login prompt; KubeVirt's LoginToCirros waits for it.
 const CIRROS_BANNER: &str =
     "login as 'cirros' user. default password: 'gocubsgo'. use 'sudo' for root.";
@@ -77,6 +82,25 @@ fn cirros_session(namespace: &str, vmi: &str) -> Result<(String, Duration), Stri
         "echo \"sudo=$(sudo id -u)$((0)) host=$(hostname)\"",
         &format!("sudo=00 host={vmi}"),
     )?;
+    Ok((console.escape()?, to_login))
+}
+
+/// Logs in as KubeVirt's LoginToFedora does (`<hostname> login:`, fedora and fedora, the
+/// prompt `[fedora@<hostname> ~]$ `, `sudo su` to `[root@<hostname> fedora]# `) and asks the
+/// guest what booted it.
+fn fedora_session(namespace: &str, vmi: &str) -> Result<(String, Duration), String> {
+    let started = Instant::now();
+    let mut console = ConsoleSession::open(namespace, vmi)?;
+    console.prompt(&format!("{vmi} login: "), BOOT)?;
+    let to_login = started.elapsed();
+    console.login("fedora", "fedora", BOOT)?;
+    console.prompt(&format!("[fedora@{vmi} ~]$ "), Duration::from_secs(30))?;
+    console.run_within("sudo su", &format!("[root@{vmi} fedora]# "), BOOT)?;
+    console.run(
+        "echo \"kernel=$(uname -r | grep -c cloud-amd64)$((0)) $(grep -o 'root=UUID=[0-9a-f-]*' /proc/cmdline) id=$(id -u)$((0))\"",
+        &format!("kernel=10 root=UUID={FEDORA_ROOT_UUID} id=00"),
+    )?;
+    console.run("exit", &format!("[fedora@{vmi} ~]$ "))?;
     Ok((console.escape()?, to_login))
 }
 
@@ -149,5 +173,20 @@ async fn the_cirros_stand_in_boots_its_own_kernel_and_logs_in_as_kubevirts_suite
     assert!(
         transcript.contains("\\___//_//_/  /_/   \\____/___/"),
         "CirrOS's logo is not on the console as written:\n{transcript}"
+    );
+}
+
+#[tokio::test]
+async fn the_fedora_stand_in_boots_its_bls_entry_and_logs_in_as_kubevirts_suite_expects() {
+    let transcript = boot_standin(
+        "fedora",
+        FEDORA,
+        &["/vmlinuz-", "/loader/entries/", "/EFI/fedora/grub.cfg", "/grub2/grub.cfg"],
+        fedora_session,
+    )
+    .await;
+    assert!(
+        transcript.contains("Fedora Linux 39 (Cloud Edition)"),
+        "the image's /etc/issue is not on the console:\n{transcript}"
     );
 }
