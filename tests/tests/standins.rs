@@ -104,14 +104,13 @@ fn fedora_session(namespace: &str, vmi: &str) -> Result<(String, Duration), Stri
     Ok((console.escape()?, to_login))
 }
 
+/// A console session, given the namespace and the VMI: what the console showed, and how long the
+/// login prompt took.
+type Session = fn(&str, &str) -> Result<(String, Duration), String>;
+
 /// Creates the VMI of `image`, checks its BootSource names each of `boot_files`, runs `session`
 /// on its console and returns what the console showed.
-async fn boot_standin(
-    what: &str,
-    image: &str,
-    boot_files: &[&str],
-    session: fn(&str, &str) -> Result<(String, Duration), String>,
-) -> String {
+async fn boot_standin(what: &str, image: &str, boot_files: &[&str], session: Session) -> String {
     let client = client().await;
     let namespace = TestNamespace::create(&client, &format!("e2e-standin-{what}")).await;
     let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), &namespace.name);
@@ -181,7 +180,12 @@ async fn the_fedora_stand_in_boots_its_bls_entry_and_logs_in_as_kubevirts_suite_
     let transcript = boot_standin(
         "fedora",
         FEDORA,
-        &["/vmlinuz-", "/loader/entries/", "/EFI/fedora/grub.cfg", "/grub2/grub.cfg"],
+        &[
+            "/vmlinuz-",
+            "/loader/entries/",
+            "/EFI/fedora/grub.cfg",
+            "/grub2/grub.cfg",
+        ],
         fedora_session,
     )
     .await;
