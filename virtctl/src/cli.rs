@@ -9,6 +9,11 @@ use virt_api::options::{
 };
 use virt_api::routes::{subresource_path, Subresource};
 
+#[path = "cli_vm.rs"]
+mod vm;
+pub use vm::VmArgs;
+use vm::{VM_ABOUT, VM_EXAMPLES};
+
 #[derive(Parser, Debug)]
 #[command(
     name = "virtctl",
@@ -170,6 +175,14 @@ pub enum CreateKind {
         next_display_order = 10
     )]
     Preference(PreferenceArgs),
+    /// Create a VirtualMachine manifest.
+    #[command(
+        long_about = VM_ABOUT,
+        after_help = VM_EXAMPLES,
+        args_override_self = true,
+        next_display_order = 10
+    )]
+    Vm(Box<VmArgs>),
 }
 
 const INSTANCETYPE_EXAMPLES: &str = "Examples:

@@ -42,7 +42,7 @@ pub fn random_suffix() -> String {
 }
 
 /// KubeVirt's wrapping of a flag's bad value.
-fn flag_error(flag: &str, message: impl Display) -> String {
+pub fn flag_error(flag: &str, message: impl Display) -> String {
     format!("failed to parse \"--{flag}\" flag: {message}")
 }
 
@@ -82,41 +82,116 @@ pub fn parse_uint32(flag: &str, text: &str) -> Result<u32, String> {
         .ok_or_else(|| error("value out of range"))
 }
 
-/// A `--gpu` or `--hostdevice` value (`name:gpu1,devicename:nvidia`) as a device entry.
-fn device(flag: &str, text: &str) -> Result<Value, String> {
+/// The type of a `key:value` parameter, as KubeVirt's `param` struct tags declare it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Param {
+    Text,
+    /// `strconv.ParseUint(value, 10, 32)`.
+    Uint,
+    /// `resource.ParseQuantity`.
+    Quantity,
+    /// Split at `;`.
+    List,
+}
+
+/// A flag's `key1:value1,key2:value2` split as KubeVirt's `params` package splits it: every
+/// parameter needs a colon, a repeated key keeps its last value (at its first place).
+pub fn split_params(text: &str) -> Result<Vec<(String, String)>, String> {
     if text.is_empty() {
-        return Err(flag_error(flag, "params may not be empty"));
+        return Err("params may not be empty".into());
     }
-    // A repeated parameter keeps its last value.
-    let mut params: Vec<(&str, &str)> = Vec::new();
+    let mut params: Vec<(String, String)> = Vec::new();
     for param in text.split(',') {
         let Some((key, value)) = param.split_once(':') else {
-            return Err(flag_error(
-                flag,
-                format!("params need to have at least one colon: {param}"),
-            ));
+            return Err(format!("params need to have at least one colon: {param}"));
         };
-        match params.iter_mut().find(|(k, _)| *k == key) {
-            Some(entry) => entry.1 = value,
-            None => params.push((key, value)),
+        match params.iter_mut().find(|(k, _)| k == key) {
+            Some(entry) => entry.1 = value.into(),
+            None => params.push((key.into(), value.into())),
         }
     }
-    let take = |params: &mut Vec<(&str, &str)>, key: &str| {
-        params
-            .iter()
-            .position(|(k, _)| *k == key)
-            .map(|at| params.remove(at).1.to_string())
-            .unwrap_or_default()
-    };
-    let name = take(&mut params, "name");
-    let device_name = take(&mut params, "devicename");
-    if !params.is_empty() {
-        let unknown: Vec<String> = params.iter().map(|(k, v)| format!("{k}:{v}")).collect();
-        return Err(flag_error(
-            flag,
-            format!("unknown param(s): {}", unknown.join(",")),
-        ));
+    Ok(params)
+}
+
+/// KubeVirt's `params.GetParamByName`: the value of one parameter, if given.
+pub fn param_by_name(name: &str, text: &str) -> Result<Option<String>, String> {
+    Ok(split_params(text)?
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v))
+}
+
+/// A flag's parameters read as KubeVirt's `params.Map` reads them into a struct with
+/// `fields` (in the struct's order): values checked in that order, then unknown keys refused.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Params(Vec<(String, String)>);
+
+impl Params {
+    pub fn read(flag: &str, text: &str, fields: &[(&str, Param)]) -> Result<Params, String> {
+        let mut given = split_params(text).map_err(|e| flag_error(flag, e))?;
+        let mut known = Vec::new();
+        for (field, kind) in fields {
+            let Some(at) = given.iter().position(|(k, _)| k == field) else {
+                continue;
+            };
+            let (key, value) = given.remove(at);
+            let why = match kind {
+                Param::Uint => crate::goflags::parse_uint(&value, 10, 32)
+                    .err()
+                    .map(|e| e.message("ParseUint", &value)),
+                Param::Quantity => Quantity::parse(&value).err().map(|e| e.to_string()),
+                Param::Text | Param::List => None,
+            };
+            if let Some(why) = why {
+                return Err(flag_error(
+                    flag,
+                    format!("failed to parse param \"{key}\": {why}"),
+                ));
+            }
+            known.push((key, value));
+        }
+        if !given.is_empty() {
+            let unknown: Vec<String> = given.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+            return Err(flag_error(
+                flag,
+                format!("unknown param(s): {}", unknown.join(",")),
+            ));
+        }
+        Ok(Params(known))
     }
+
+    /// A parameter's value, if given.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// A text parameter (empty when not given).
+    pub fn text(&self, key: &str) -> String {
+        self.get(key).unwrap_or_default().to_string()
+    }
+
+    /// A [`Param::Uint`] parameter, if given.
+    pub fn uint(&self, key: &str) -> Option<u32> {
+        let value = self.get(key)?;
+        let value = crate::goflags::parse_uint(value, 10, 32).ok()?;
+        u32::try_from(value).ok()
+    }
+
+    /// A [`Param::List`] parameter, if given.
+    pub fn list(&self, key: &str) -> Option<Vec<String>> {
+        Some(self.get(key)?.split(';').map(str::to_string).collect())
+    }
+}
+
+/// A `--gpu` or `--hostdevice` value (`name:gpu1,devicename:nvidia`) as a device entry.
+fn device(flag: &str, text: &str) -> Result<Value, String> {
+    let fields = [("name", Param::Text), ("devicename", Param::Text)];
+    let params = Params::read(flag, text, &fields)?;
+    let name = params.text("name");
+    let device_name = params.text("devicename");
     if name.is_empty() {
         return Err(flag_error(flag, "name must be specified"));
     }

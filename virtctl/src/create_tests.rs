@@ -21,6 +21,7 @@ fn run(args: &[&str]) -> Result<String, String> {
     match &kind {
         CreateKind::Instancetype(a) => instancetype(a, namespace.as_deref(), "abcde"),
         CreateKind::Preference(a) => preference(a, namespace.as_deref(), "abcde"),
+        CreateKind::Vm(_) => panic!("create vm is tested in create_vm_tests.rs"),
     }
 }
 

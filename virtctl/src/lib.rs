@@ -1,5 +1,5 @@
 //! virtctl: start, stop, restart, pause, unpause, console, migrate, migrate-cancel, guestosinfo,
-//! version, expand, create instancetype, create preference.
+//! version, expand, create instancetype, create preference, create vm.
 //!
 //! Every command except `console`, `migrate-cancel` (it deletes the migration object),
 //! `version`, `expand` and `create` is one PUT or GET to a subresource of
@@ -7,15 +7,18 @@
 //! ([`cli::plan`] builds it; [`client`] sends it). `console` opens a WebSocket to the VMI's
 //! console subresource and puts the terminal in raw mode ([`console`], [`terminal`]).
 //! `expand` is a GET of a VM's `expand-spec` or a PUT of a file's VM to `expand-vm-spec`,
-//! printed as KubeVirt prints it ([`expand`], [`yaml`]). `create instancetype` and
-//! `create preference` only write a manifest, with no cluster ([`create`], [`quantity`]).
+//! printed as KubeVirt prints it ([`expand`], [`yaml`]). `create instancetype`,
+//! `create preference` and `create vm` only write a manifest, with no cluster ([`create`],
+//! [`create_vm`], [`quantity`], [`goflags`]).
 #![forbid(unsafe_code)]
 
 pub mod cli;
 pub mod client;
 pub mod console;
 pub mod create;
+pub mod create_vm;
 pub mod expand;
+pub mod goflags;
 pub mod migrate_cancel;
 pub mod quantity;
 pub mod terminal;

@@ -8,7 +8,7 @@ use clap::{CommandFactory, Parser};
 use virtctl::cli::{plan, Cli, Command, CreateKind};
 use virtctl::client::{self, CallError};
 use virtctl::console::{self, SessionEnd};
-use virtctl::{create, expand};
+use virtctl::{create, create_vm, expand};
 
 /// `virtctl create ...`: prints a manifest; no cluster involved.
 fn create(kind: Option<&CreateKind>, namespace: Option<&str>) -> Result<(), String> {
@@ -16,6 +16,13 @@ fn create(kind: Option<&CreateKind>, namespace: Option<&str>) -> Result<(), Stri
     let manifest = match kind {
         Some(CreateKind::Instancetype(args)) => create::instancetype(args, namespace, &suffix)?,
         Some(CreateKind::Preference(args)) => create::preference(args, namespace, &suffix)?,
+        Some(CreateKind::Vm(args)) => {
+            let mut warnings = String::new();
+            let manifest =
+                create_vm::vm(args, namespace, &mut create::random_suffix, &mut warnings);
+            eprint!("{warnings}");
+            manifest?
+        }
         None => {
             // As KubeVirt's virtctl: `create` alone prints its usage.
             let mut command = Cli::command();
