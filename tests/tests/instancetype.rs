@@ -426,3 +426,105 @@ async fn the_expand_all_reference_policy_writes_the_instancetype_into_the_vm() {
         stored.items
     );
 }
+
+/// Runs virtctl `args` (a `create` command) and `kubectl apply`s the manifest it printed.
+fn create_and_apply(namespace: &str, args: &[&str]) -> String {
+    let out = virtctl(namespace, args);
+    assert_eq!(out.code, Some(0), "virtctl {args:?}: {}", out.stderr);
+    let file = std::env::temp_dir().join(format!(
+        "ferrovirt-{namespace}-{}.yaml",
+        args.get(1).copied().unwrap_or("manifest")
+    ));
+    std::fs::write(&file, &out.stdout).expect("the manifest written");
+    let applied = kubectl(namespace, &["apply", "-f", &file.to_string_lossy()]);
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(
+        applied.code,
+        Some(0),
+        "kubectl apply of {:?}'s manifest:\n{}\n{}",
+        args,
+        out.stdout,
+        applied.stderr
+    );
+    out.stdout
+}
+
+/// KubeVirt's flow with virtctl alone: `create instancetype`, `create preference` and
+/// `create vm --instancetype --preference --volume-containerdisk`, each applied with kubectl;
+/// the VM runs with the instance type's size and the preference's topology, both stored in
+/// revisions.
+#[tokio::test]
+async fn a_vm_made_by_virtctl_create_vm_runs_with_its_instancetype_and_preference() {
+    let _shared = ClusterLock::shared().await;
+    let client = client().await;
+    let ns = TestNamespace::create(&client, "virtctl-create-vm").await;
+    let namespace = ns.name.as_str();
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), namespace);
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), namespace);
+
+    create_and_apply(
+        namespace,
+        &[
+            "create",
+            "instancetype",
+            "--namespaced",
+            "--name",
+            "small",
+            "--cpu",
+            "2",
+            "--memory",
+            "160Mi",
+        ],
+    );
+    create_and_apply(
+        namespace,
+        &[
+            "create",
+            "preference",
+            "--namespaced",
+            "--name",
+            "cores",
+            "--cpu-topology",
+            "preferCores",
+        ],
+    );
+    let manifest = create_and_apply(
+        namespace,
+        &[
+            "create",
+            "vm",
+            "--name",
+            "from-virtctl",
+            "--instancetype",
+            "virtualmachineinstancetype/small",
+            "--preference",
+            "virtualmachinepreference/cores",
+            "--volume-containerdisk",
+            "src:registry:5000/ferrovirt/tiny-container-disk:devel",
+            "--termination-grace-period",
+            "0",
+        ],
+    );
+    assert!(
+        manifest.contains("runStrategy: Always"),
+        "virtctl's default run strategy:\n{manifest}"
+    );
+
+    let vmi = wait_running(&vmis, "from-virtctl", TIMEOUT).await;
+    // Two vCPUs as cores of one socket (the preference), the instance type's memory.
+    assert_eq!(
+        size(&vmi),
+        (Some(1), Some(2), Some(1), "160Mi".to_string()),
+        "the VMI's CPU and memory"
+    );
+    let volume = &vmi.spec.volumes[0];
+    assert_eq!(volume.name, "from-virtctl-containerdisk-0");
+    // Both stored in ControllerRevisions named in the VM's status.
+    wait_for("the VM's status naming both revisions", TIMEOUT, || async {
+        let status = vms.get("from-virtctl").await.ok()?.status?;
+        (status.instancetype_ref.as_ref()?.revision().is_some()
+            && status.preference_ref.as_ref()?.revision().is_some())
+        .then_some(())
+    })
+    .await;
+}
