@@ -58,6 +58,37 @@ same() {
   fi
 }
 
+# identical ARGS...: a command that only prints a manifest (`create ...`): both virtctls print
+# the same bytes on stdout and on stderr, with the same exit code (KubeVirt's version warning
+# aside).
+identical() {
+  local a b verdict=ok which
+  for which in kv fv; do
+    local bin=$kv
+    [[ $which == fv ]] && bin=$fv
+    timeout 60 "$bin" --kubeconfig "$ADMIN_KUBECONFIG" "$@" >"$work/$which.stdout" 2>"$work/$which.stderr"
+    echo $? >"$work/$which.rc"
+  done
+  a=$(cat "$work/kv.rc")
+  b=$(cat "$work/fv.rc")
+  # KubeVirt's warns on a failed command that its version is not the cluster's: not compared.
+  sed -i '/^You are using a client virtctl version/,/^$/d' "$work/kv.stderr"
+  checks=$((checks + 1))
+  if [[ $a != "$b" ]]; then
+    verdict="DIFFERENT exit codes"
+  elif ! cmp -s "$work/kv.stdout" "$work/fv.stdout"; then
+    verdict="DIFFERENT output"
+  elif ! cmp -s "$work/kv.stderr" "$work/fv.stderr"; then
+    verdict="DIFFERENT messages"
+  fi
+  [[ $verdict == ok ]] || failures=$((failures + 1))
+  printf '%-10s virtctl %s: kubevirt %s, ferrovirt %s\n' "$verdict" "$*" "$a" "$b"
+  if [[ $verdict != ok ]]; then
+    diff "$work/kv.stdout" "$work/fv.stdout" | head -n 10 | sed 's/^/             /'
+    diff "$work/kv.stderr" "$work/fv.stderr" | head -n 5 | sed 's/^/             /'
+  fi
+}
+
 # step WHICH EXPECTED-STATUS ARGS...: one virtctl changes the VM; it must succeed and the VM
 # must reach EXPECTED-STATUS (its printableStatus).
 step() {
@@ -139,6 +170,16 @@ step kv Paused pause vmi "$vm"
 step fv Running unpause vmi "$vm"
 step kv Stopped stop "$vm"
 same version
+# Manifests written on the client.
+identical create vm --name parity --instancetype virtualmachineinstancetype/small \
+  --preference cores --volume-containerdisk src:"$disk",bootorder:1 --termination-grace-period 0
+identical create vm --name parity --memory 256Mi --run-strategy Halted \
+  --volume-containerdisk src:"$disk" --user cirros --ssh-key "ssh-ed25519 AAAA parity"
+identical create vm --name parity --volume-pvc src:my-claim,name:root
+identical create vm --name parity --instancetype small --memory 1Gi
+identical create vm --name parity --volume-containerdisk src:"$disk",bootorder:x
+identical create instancetype --name small --cpu 2 --memory 1Gi --namespaced
+identical create preference --name cores --cpu-topology preferCores
 
 echo
 echo "virtctl parity: $((checks - failures)) of $checks checks held"
