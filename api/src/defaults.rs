@@ -99,7 +99,7 @@ pub fn default_vm(vm: &mut VirtualMachine) {
             vm.spec.running = None;
         }
     }
-    if crate::instancetype::names_any(vm) {
+    if vm.spec.names_instancetype_or_preference() {
         return;
     }
     if let Some(spec) = &mut vm.spec.template.spec {

@@ -286,7 +286,7 @@ pub struct KubeVirtStatus {
 /// Of the KubeVirt CRs a component has read (a reflector's listing, in no particular order),
 /// the one whose configuration it applies: the oldest, then by namespace and name. Every
 /// reader of the same listing picks the same CR, so the configuration a component uses and the
-/// resourceVersion its `/healthz` reports ([`crate::healthz`]) are of one object.
+/// resourceVersion its `/healthz` reports (the `healthz` module) are of one object.
 pub fn in_force<K: AsRef<KubeVirt>>(kubevirts: &[K]) -> Option<&KubeVirt> {
     kubevirts.iter().map(AsRef::as_ref).min_by(|a, b| {
         let key = |kv: &KubeVirt| {

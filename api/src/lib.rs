@@ -8,6 +8,18 @@
 //! Field names and JSON shapes are KubeVirt's (from its OpenAPI document), so KubeVirt
 //! manifests and clients work unchanged. What Ferrovirt does not model is kept, not dropped
 //! (see [`other`]), and validation refuses it by field path.
+//!
+//! The modules are layered, and none depends on a module above it:
+//! - at the bottom, the vocabulary: [`field_error`] (field paths and errors),
+//!   [`kubevirt_fields`], [`other`], [`condition`], [`quantity`], [`duration`], [`selector`],
+//!   [`siblings`];
+//! - the kinds' types: [`domain`], [`volume`], [`kubevirt`], [`vmi`], [`instancetype_types`]
+//!   (what a VM names of `instancetype.kubevirt.io`), [`vm`], [`migration`],
+//!   [`migration_policy`], [`replicaset`], [`pool`];
+//! - [`defaults`], then [`validation`] (which re-exports [`field_error`]'s types);
+//! - the behaviour on top of them: [`instancetype`] (applying, expanding and admitting; it
+//!   re-exports [`instancetype_types`]), [`snapshot`], [`clone`], [`object`], [`healthz`] and
+//!   [`crd`].
 #![forbid(unsafe_code)]
 // kube's `printcolumn(...)` attributes repeat `type_ = "string"`, which this lint mistakes for
 // duplicated attributes.
@@ -19,8 +31,10 @@ pub mod crd;
 pub mod defaults;
 pub mod domain;
 pub mod duration;
+pub mod field_error;
 pub mod healthz;
 pub mod instancetype;
+pub mod instancetype_types;
 pub mod kubevirt;
 #[rustfmt::skip]
 pub mod kubevirt_fields;
@@ -41,6 +55,7 @@ pub mod vmi;
 pub mod volume;
 
 pub use condition::Condition;
+pub use field_error::{FieldError, FieldErrorKind, FieldErrors};
 pub use kubevirt::{KubeVirt, KubeVirtSpec, KubeVirtStatus};
 pub use migration::{
     VirtualMachineInstanceMigration, VirtualMachineInstanceMigrationSpec,
@@ -52,7 +67,6 @@ pub use replicaset::{
     VirtualMachineInstanceReplicaSet, VirtualMachineInstanceReplicaSetSpec,
     VirtualMachineInstanceReplicaSetStatus,
 };
-pub use validation::{FieldError, FieldErrorKind, FieldErrors};
 pub use vm::{RunStrategy, VirtualMachine, VirtualMachineSpec, VirtualMachineStatus};
 pub use vmi::{
     VirtualMachineInstance, VirtualMachineInstanceSpec, VirtualMachineInstanceStatus, VmiPhase,

@@ -9,8 +9,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::field_error::{FieldError, Path};
 use crate::kubevirt_fields;
-use crate::validation::{FieldError, Path};
 
 /// Fields of a JSON object that have no typed field in Ferrovirt's API.
 pub type Other = BTreeMap<String, serde_json::Value>;

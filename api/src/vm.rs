@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::condition::Condition;
-use crate::instancetype::{Matcher, StatusRef};
+use crate::instancetype_types::{Matcher, StatusRef};
 use crate::other::Other;
 use crate::vmi::VirtualMachineInstanceSpec;
 
@@ -117,6 +117,11 @@ impl VirtualMachineSpec {
             (None, Some(false) | None) => Some(RunStrategy::Halted),
         }
     }
+
+    /// Whether the VM names an instance type or a preference (`instancetype::names_any`).
+    pub fn names_instancetype_or_preference(&self) -> bool {
+        self.instancetype.is_some() || self.preference.is_some()
+    }
 }
 
 /// The observed state of a VM (`v1.VirtualMachineStatus`).
@@ -158,7 +163,7 @@ pub struct VirtualMachineStatus {
     pub restore_in_progress: Option<String>,
     /// For each volume, whether a snapshot would hold its data, and why not.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub volume_snapshot_statuses: Vec<crate::snapshot::VolumeSnapshotStatus>,
+    pub volume_snapshot_statuses: Vec<VolumeSnapshotStatus>,
     #[serde(flatten)]
     pub other: Other,
 }
@@ -187,4 +192,14 @@ pub struct StartFailure {
     pub last_failed_vmi_uid: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after_timestamp: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+}
+
+/// One entry of a VM's `status.volumeSnapshotStatuses` (`v1.VolumeSnapshotStatus`), as the
+/// `snapshot` module computes them (re-exported there).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct VolumeSnapshotStatus {
+    pub name: String,
+    pub enabled: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }

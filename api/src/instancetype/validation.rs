@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 
-use crate::validation::{FieldError, Path};
+use crate::field_error::{FieldError, Path};
 
 /// The instance type fields Ferrovirt applies and runs; the rest of KubeVirt's are refused.
 const SUPPORTED_INSTANCETYPE: [(&str, &[&str]); 5] = [
@@ -52,7 +52,7 @@ pub fn validate_instancetype(spec: &Value) -> Vec<FieldError> {
         let Some((_, children)) = SUPPORTED_INSTANCETYPE.iter().find(|(f, _)| f == field) else {
             errors.push(FieldError::new(
                 path.child(field),
-                crate::FieldErrorKind::NotSupported,
+                crate::field_error::FieldErrorKind::NotSupported,
                 refusal(field),
             ));
             continue;
@@ -65,7 +65,7 @@ pub fn validate_instancetype(spec: &Value) -> Vec<FieldError> {
             if !children.contains(&child.as_str()) && !unset {
                 errors.push(FieldError::new(
                     path.child(field).child(child),
-                    crate::FieldErrorKind::NotSupported,
+                    crate::field_error::FieldErrorKind::NotSupported,
                     refusal(&format!("{field}.{child}")),
                 ));
             }

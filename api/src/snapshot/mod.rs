@@ -30,6 +30,10 @@ use crate::siblings::{Column, Scope, Sibling, UnsupportedCondition, Version};
 use crate::vm::{VirtualMachineSpec, VirtualMachineStatus};
 use crate::volume::Volume;
 
+// A VM's status holds these, so the type is defined with the VM (which must not depend on this
+// module); re-exported at its old path.
+pub use crate::vm::VolumeSnapshotStatus;
+
 /// The API group.
 pub const GROUP: &str = "snapshot.kubevirt.io";
 /// The version KubeVirt stores (it also serves v1alpha1, with the same schema).
@@ -257,15 +261,6 @@ pub struct VirtualMachineRestoreStatus {
     pub conditions: Vec<Condition>,
     #[serde(flatten)]
     pub other: Other,
-}
-
-/// One entry of a VM's `status.volumeSnapshotStatuses` (`v1.VolumeSnapshotStatus`).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct VolumeSnapshotStatus {
-    pub name: String,
-    pub enabled: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
 }
 
 /// The three kinds.

@@ -3,8 +3,8 @@
 
 use super::restore::TARGET_READINESS_POLICIES;
 use super::{ObjectReference, VirtualMachineRestore, VirtualMachineSnapshot};
+use crate::field_error::{FieldError, Path};
 use crate::other::reject_other;
-use crate::validation::{FieldError, Path};
 use crate::vm::VirtualMachine;
 
 const DELETION_POLICIES: [&str; 2] = ["Delete", "Retain"];
@@ -199,7 +199,7 @@ pub fn validate_vm_update(old: &VirtualMachine, new: &VirtualMachine) -> Vec<Fie
         {
             errors.push(FieldError::new(
                 Path::root("spec"),
-                crate::validation::FieldErrorKind::NotSupported,
+                crate::field_error::FieldErrorKind::NotSupported,
                 format!("Cannot update VM runStrategy until restore {restore:?} completes"),
             ));
         }
@@ -208,7 +208,7 @@ pub fn validate_vm_update(old: &VirtualMachine, new: &VirtualMachine) -> Vec<Fie
         if volumes(old) != volumes(new) {
             errors.push(FieldError::new(
                 Path::root("spec"),
-                crate::validation::FieldErrorKind::NotSupported,
+                crate::field_error::FieldErrorKind::NotSupported,
                 format!("Cannot update vm disks or volumes until snapshot {snapshot:?} completes"),
             ));
         }

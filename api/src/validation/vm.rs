@@ -1,6 +1,6 @@
 //! Validation of `VirtualMachine`.
 
-use crate::instancetype::{Kind, Matcher, Reference};
+use crate::instancetype_types::{Kind, Matcher, Reference};
 use crate::other::reject_other;
 use crate::vm::{
     RunStrategy, VirtualMachine, VirtualMachineInstanceTemplateSpec, VirtualMachineSpec,
