@@ -10,6 +10,14 @@
 //! serial, i8042, power-off port, ACPI PM registers), `devices/pci` (root bus, configuration
 //! space, BARs, MSI-X), `devices/virtio` (mmio and pci transports, block, net, rng, vsock),
 //! `acpi/` (the ACPI tables of the PCI machine).
+//!
+//! The modules are layered; each uses only those below it:
+//! 1. [`poison`], [`error`], [`guest_memory`], [`wire`], [`lifecycle`] (the run state and exit
+//!    reasons the devices and vCPUs share), [`capabilities`] and [`seccomp`];
+//! 2. [`arch`]; [`devices`]; then [`vstate`] (KVM state, with the KVM side of the devices'
+//!    buses and interrupts);
+//! 3. [`loader`], [`acpi`], [`config`], [`console`], [`payload`] (step 5 of a boot);
+//! 4. [`vmm`] (the handle of a running VM), then [`reset`], [`builder`] and [`migration`].
 
 pub mod acpi;
 pub mod arch;
@@ -21,13 +29,17 @@ pub use contract::capability;
 pub mod config;
 pub mod console;
 pub mod devices;
+pub mod error;
+pub mod guest_memory;
 pub mod lifecycle;
 pub mod loader;
 pub mod migration;
+pub mod payload;
 pub mod poison;
 pub mod reset;
 pub mod seccomp;
 pub mod vmm;
 pub mod vstate;
+pub mod wire;
 
 pub use arch::MAX_VIRTIO_DEVICES;

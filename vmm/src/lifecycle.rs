@@ -1,5 +1,5 @@
-//! VM run state shared by the vCPU threads, the devices that can end the VM and the [`Vmm`]
-//! handle: whether vCPUs should run, park (pause) or stop, and why the VM stopped.
+//! VM run state shared by the vCPU threads, the devices that can end the VM and the `Vmm`
+//! handle (`vmm::Vmm`): whether vCPUs should run, park (pause) or stop, and why the VM stopped.
 //!
 //! Protocol: whoever wants a change sets the requested state and notifies; vCPU threads check
 //! it before every `KVM_RUN`. A vCPU blocked inside `KVM_RUN` is kicked with a signal (see
@@ -9,11 +9,12 @@
 //!
 //! A guest reset request (the i8042 reset line, a KVM reset event) and a triple fault either
 //! end the VM or restart it in place, as the [`ResetPolicy`] says. A restart sets
-//! `reset_pending`: every vCPU parks as for a pause, and the VMM's reset thread
-//! ([`crate::reset`]) puts devices, interrupt controllers and vCPUs back to their power-on
-//! state, reloads the kernel and lets the vCPUs go (counting the reset in `resets`).
+//! `reset_pending`: every vCPU parks as for a pause, and the VMM's reset thread (the `reset`
+//! module) puts devices, interrupt controllers and vCPUs back to their power-on state, reloads
+//! the kernel and lets the vCPUs go (counting the reset in `resets`).
 //!
-//! [`Vmm`]: crate::vmm::Vmm
+//! This module is at the bottom of the crate: the devices and vCPUs that end a VM use it, and
+//! it names none of the modules above it.
 
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;

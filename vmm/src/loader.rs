@@ -11,7 +11,7 @@ use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use crate::vstate::memory::GuestMemoryMmap;
+use crate::guest_memory::GuestMemoryMmap;
 use linux_loader::cmdline::Cmdline;
 use linux_loader::loader::bootparam::setup_header;
 use linux_loader::loader::{load_cmdline, BzImage, Elf, KernelLoader};

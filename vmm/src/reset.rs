@@ -33,13 +33,13 @@ use std::thread::JoinHandle;
 
 use log::info;
 
-use crate::builder::{load_payload, Platform, StartVmError};
 use crate::config::PayloadConfig;
+use crate::error::error_chain;
+use crate::guest_memory::GuestMemoryMmap;
 use crate::lifecycle::{Requested, RunControl, VmExit};
-use crate::migration::error_chain;
-use crate::migration::state::{restore_vcpu, restore_vm, RestoreStateError};
+use crate::payload::{load_payload, PayloadError, Platform};
 use crate::vmm::{Devices, VcpuThreads, KICK_INTERVAL};
-use crate::vstate::memory::GuestMemoryMmap;
+use crate::vstate::state::{restore_vcpu, restore_vm, RestoreStateError};
 use crate::vstate::vcpu::{configure_boot, lock_vcpu, ConfigureVcpuError, SharedVcpuFd};
 use crate::vstate::vm::Vm;
 
@@ -51,7 +51,7 @@ pub enum ResetError {
     #[error("restore the interrupt controllers, PIT and clock")]
     Vm(#[source] RestoreStateError),
     #[error("reload the kernel")]
-    Payload(#[source] StartVmError),
+    Payload(#[source] PayloadError),
     #[error("restore vCPU {0}'s power-on state")]
     VcpuState(usize, #[source] RestoreStateError),
     #[error("configure vCPU {0} for boot")]

@@ -12,23 +12,26 @@
 //!   fault, error, or [`VmExit::Stopped`] when the host stopped it).
 //! * [`Vmm::reset`] is a hardware reset in place (KubeVirt's `reset`): devices, interrupt
 //!   controllers and vCPUs back to their power-on state, the kernel reloaded, the same process
-//!   (see [`crate::reset`]). [`Vmm::set_reset_policy`] says whether the guest's own reset
-//!   requests and triple faults do the same or end the VM.
+//!   (the `reset` module does it, on a thread of its own). [`Vmm::set_reset_policy`] says
+//!   whether the guest's own reset requests and triple faults do the same or end the VM.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::vstate::memory::GuestMemoryMmap;
+use crate::guest_memory::GuestMemoryMmap;
 use log::warn;
 use vmm_sys_util::signal::Killable;
 
-use crate::builder::pci::PciMachine;
+use crate::devices::irq::Resampler;
+use crate::devices::legacy::acpi_pm::AcpiPm;
 use crate::devices::legacy::i8042::I8042;
 use crate::devices::legacy::serial::SerialDevice;
+use crate::devices::pci::bus::PciRoot;
 use crate::devices::virtio::block::DiskHandle;
 use crate::devices::virtio::transport::VirtioTransport;
+use crate::devices::virtio::worker::WorkerHandle;
 use crate::lifecycle::{Requested, ResetPolicy, RunControl, VmExit};
 use crate::vstate::vcpu::{kick_signal, SharedVcpuFd};
 use crate::vstate::vm::Vm;
@@ -61,6 +64,42 @@ pub(crate) struct Devices {
     pub virtio: Vec<Arc<Mutex<dyn VirtioTransport>>>,
     /// The PCI root bus, ACPI PM and interrupt routing (PCI machine only).
     pub pci: Option<Arc<PciMachine>>,
+}
+
+/// What the PCI machine has beyond its virtio transports (built by `builder::pci`); shared by
+/// the VMM, its reset thread and a migration.
+pub(crate) struct PciMachine {
+    pub root: Arc<Mutex<PciRoot>>,
+    pub acpi_pm: Arc<Mutex<AcpiPm>>,
+    pub resampler: Resampler,
+    /// Ends the resampler thread when the machine goes.
+    _resampler_thread: Option<WorkerHandle>,
+}
+
+impl PciMachine {
+    /// The machine's root bus, ACPI PM registers and INTx resampler; `resampler_thread` ends
+    /// with it.
+    pub(crate) fn new(
+        root: Arc<Mutex<PciRoot>>,
+        acpi_pm: Arc<Mutex<AcpiPm>>,
+        resampler: Resampler,
+        resampler_thread: Option<WorkerHandle>,
+    ) -> Self {
+        PciMachine {
+            root,
+            acpi_pm,
+            resampler,
+            _resampler_thread: resampler_thread,
+        }
+    }
+
+    pub fn root(&self) -> std::sync::MutexGuard<'_, PciRoot> {
+        self.root.lock().unwrap_or_else(crate::poison::fatal)
+    }
+
+    pub fn acpi_pm(&self) -> std::sync::MutexGuard<'_, AcpiPm> {
+        self.acpi_pm.lock().unwrap_or_else(crate::poison::fatal)
+    }
 }
 
 /// How [`Vmm::request_shutdown`] asked the guest.

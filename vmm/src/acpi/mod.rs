@@ -25,7 +25,7 @@ mod tables;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryError};
 
 use crate::devices::pci::allocator::Window;
-use crate::vstate::memory::GuestMemoryMmap;
+use crate::guest_memory::GuestMemoryMmap;
 
 /// Where the tables go: the RSDP first.
 pub const ACPI_START: u64 = 0xe_0000;

@@ -2,7 +2,7 @@
 //! and handed to the kernel in `rsi`: the bzImage setup header (or a minimal one for ELF
 //! kernels), the command line pointer, the initramfs and the e820 memory map.
 
-use crate::vstate::memory::GuestMemoryMmap;
+use crate::guest_memory::GuestMemoryMmap;
 use linux_loader::loader::bootparam::{boot_e820_entry, boot_params, setup_header};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryError};
 

@@ -2,7 +2,7 @@
 //! segment, control and general registers as a 64-bit kernel expects them (Linux's 64-bit boot
 //! protocol: paging on, flat segments, `rsi` = zero page).
 
-use crate::vstate::memory::GuestMemoryMmap;
+use crate::guest_memory::GuestMemoryMmap;
 use kvm_bindings::{kvm_fpu, kvm_regs, kvm_segment, kvm_sregs};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryError};
 

@@ -9,6 +9,7 @@ use virtio_queue::mock::MockSplitQueue;
 use vm_memory::{Bytes, GuestAddress};
 
 use super::*;
+use crate::arch::PCI_ECAM_START;
 use crate::config::{ConsoleConfig, DiskConfig, MemoryConfig, RngConfig};
 use crate::devices::irq::{MsiMessage, RouteSink};
 use crate::devices::pci::bus::BarMapper;

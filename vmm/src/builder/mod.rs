@@ -13,8 +13,9 @@
 //!    tables (pci), the zero page, GDT and page tables;
 //! 6. create and configure the vCPUs, then start one thread each, and the reset thread.
 //!
-//! Steps 2 and 6 also save the power-on state of the interrupt controllers and of each vCPU, to
-//! which a reset in place ([`crate::reset`]) returns before it repeats step 5.
+//! Step 5 is [`crate::payload`]'s. Steps 2 and 6 also save the power-on state of the interrupt
+//! controllers and of each vCPU, to which a reset in place ([`crate::reset`]) returns before it
+//! repeats step 5.
 
 pub(crate) mod pci;
 
@@ -22,16 +23,14 @@ use std::fs::{File, OpenOptions};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use crate::vstate::memory::GuestMemoryMmap;
+use crate::guest_memory::GuestMemoryMmap;
 use kvm_ioctls::IoEventAddress;
 use vmm_sys_util::eventfd::EventFd;
 
-use crate::acpi::{AcpiError, AcpiTables};
-use crate::arch::boot_params::{write_zero_page, PlatformInfo, ZeroPageError};
-use crate::arch::regs::{write_boot_tables, WriteBootTablesError};
-use crate::arch::{
-    LAST_IRQ, PCI_ECAM_SIZE, PCI_ECAM_START, VIRTIO_FIRST_IRQ, VIRTIO_MMIO_SIZE, VIRTIO_MMIO_START,
-};
+use crate::acpi::AcpiError;
+use crate::arch::boot_params::ZeroPageError;
+use crate::arch::regs::WriteBootTablesError;
+use crate::arch::{LAST_IRQ, VIRTIO_FIRST_IRQ, VIRTIO_MMIO_SIZE, VIRTIO_MMIO_START};
 use crate::config::{parse_mac, PayloadConfig, Transport, ValidationError, VmConfig};
 use crate::console::{Console, OpenConsoleError};
 use crate::devices::bus::{Bus, BusError};
@@ -49,11 +48,12 @@ use crate::devices::virtio::transport::VirtioTransport;
 use crate::devices::virtio::vsock::Vsock;
 use crate::devices::virtio::{Interrupt, VirtioDevice};
 use crate::lifecycle::{ResetPolicy, RunControl};
-use crate::loader::{self, CmdlineError, LoadInitramfsError, LoadKernelError};
-use crate::migration::state::{save_vm, KvmStateError};
+use crate::loader::{CmdlineError, LoadInitramfsError, LoadKernelError};
+use crate::payload::{load_payload, PayloadError, Platform};
 use crate::reset::{PowerOnState, ResetWorker};
-use crate::vmm::{VcpuThreads, Vmm};
+use crate::vmm::{PciMachine, VcpuThreads, Vmm};
 use crate::vstate::memory::{create_guest_memory, MemoryError};
+use crate::vstate::state::{save_vm, KvmStateError};
 use crate::vstate::vcpu::{ConfigureVcpuError, Vcpu};
 use crate::vstate::vm::{CreateVmError, Vm};
 
@@ -124,6 +124,20 @@ pub enum StartVmError {
     Thread(#[source] std::io::Error),
 }
 
+impl From<PayloadError> for StartVmError {
+    fn from(e: PayloadError) -> Self {
+        match e {
+            PayloadError::Acpi(e) => StartVmError::Acpi(e),
+            PayloadError::LoadKernel(e) => StartVmError::LoadKernel(e),
+            PayloadError::LoadInitramfs(e) => StartVmError::LoadInitramfs(e),
+            PayloadError::LoadIdleCode(e) => StartVmError::LoadIdleCode(e),
+            PayloadError::Cmdline(e) => StartVmError::Cmdline(e),
+            PayloadError::ZeroPage(e) => StartVmError::ZeroPage(e),
+            PayloadError::BootTables(e) => StartVmError::BootTables(e),
+        }
+    }
+}
+
 fn irq_eventfd(vm: &Vm, irq: u32) -> Result<EventFd, StartVmError> {
     let evt = EventFd::new(libc::EFD_NONBLOCK).map_err(StartVmError::EventFd)?;
     vm.fd
@@ -132,17 +146,8 @@ fn irq_eventfd(vm: &Vm, irq: u32) -> Result<EventFd, StartVmError> {
     Ok(evt)
 }
 
-/// What step 5 writes besides the kernel, per transport.
-#[derive(Clone)]
-pub(crate) enum Platform {
-    /// The virtio-mmio windows and irqs, announced on the command line.
-    Mmio { slots: Vec<(u64, u32)> },
-    /// The ACPI tables; the e820 map reserves the ECAM window.
-    Pci { acpi: AcpiTables },
-}
-
 /// A VM with its memory, devices and buses, before its vCPUs exist: what booting and a
-/// migration target ([`crate::migration`]) have in common.
+/// migration target (the `migration` module) have in common.
 pub(crate) struct Machine {
     pub vm: Arc<Vm>,
     pub mem: GuestMemoryMmap,
@@ -152,7 +157,7 @@ pub(crate) struct Machine {
     pub i8042: Arc<Mutex<I8042>>,
     pub virtio: Vec<Arc<Mutex<dyn VirtioTransport>>>,
     /// The PCI root bus, ACPI PM and interrupt routing (PCI machine only).
-    pub pci: Option<Arc<pci::PciMachine>>,
+    pub pci: Option<Arc<PciMachine>>,
     pub platform: Platform,
     pub vcpu_count: u8,
     console: Console,
@@ -193,57 +198,6 @@ pub fn build_and_boot_with(config: &VmConfig, policy: ResetPolicy) -> Result<Vmm
         .collect::<Result<Vec<_>, _>>()
         .map_err(StartVmError::Vcpu)?;
     machine.start(vcpus)
-}
-
-/// Step 5: loads the kernel, initramfs and command line (with the virtio-mmio entries), writes
-/// the ACPI tables (PCI machine), the zero page and boot tables; returns the kernel's 64-bit
-/// entry.
-pub(crate) fn load_payload(
-    mem: &GuestMemoryMmap,
-    payload: &PayloadConfig,
-    memory_size: u64,
-    platform: &Platform,
-) -> Result<u64, StartVmError> {
-    if payload.guestless {
-        // No kernel, so no zero page, command line or ACPI tables: the idle code and the page
-        // tables and GDT of the long-mode entry.
-        let entry = loader::load_idle_code(mem).map_err(StartVmError::LoadIdleCode)?;
-        write_boot_tables(mem).map_err(StartVmError::BootTables)?;
-        return Ok(entry);
-    }
-    let kernel = loader::load_kernel(mem, &payload.kernel).map_err(StartVmError::LoadKernel)?;
-    let initramfs = match &payload.initramfs {
-        Some(path) => Some(
-            loader::load_initramfs(mem, path, memory_size, kernel.end)
-                .map_err(StartVmError::LoadInitramfs)?,
-        ),
-        None => None,
-    };
-    let (virtio_slots, info) = match platform {
-        Platform::Mmio { slots } => (slots.as_slice(), PlatformInfo::default()),
-        Platform::Pci { acpi } => {
-            acpi.write(mem).map_err(StartVmError::Acpi)?;
-            let info = PlatformInfo {
-                reserved: vec![(PCI_ECAM_START, PCI_ECAM_SIZE)],
-                acpi_rsdp: Some(acpi.rsdp),
-            };
-            (&[][..], info)
-        }
-    };
-    let cmdline =
-        loader::build_cmdline(&payload.cmdline, virtio_slots).map_err(StartVmError::Cmdline)?;
-    let cmdline_size = loader::write_cmdline(mem, &cmdline).map_err(StartVmError::Cmdline)?;
-    write_zero_page(
-        mem,
-        memory_size,
-        kernel.bzimage_header,
-        cmdline_size,
-        initramfs,
-        &info,
-    )
-    .map_err(StartVmError::ZeroPage)?;
-    write_boot_tables(mem).map_err(StartVmError::BootTables)?;
-    Ok(kernel.entry)
 }
 
 /// Steps 1 to 4: memory, the KVM VM, legacy and virtio devices on their buses.
@@ -453,9 +407,6 @@ fn add_virtio_device(
         .map_err(StartVmError::Bus)?;
     Ok(transport)
 }
-
-#[cfg(test)]
-mod tests;
 
 #[cfg(test)]
 mod kvm_tests;

@@ -30,34 +30,14 @@ use crate::devices::pci::bus::{PciConfigIo, PciConfigMmio, PciRoot};
 use crate::devices::pci::msix::MsixVectors;
 use crate::devices::virtio::pci::{PciPlacement, VirtioPciDevice, BAR_INDEX, BAR_KIND, BAR_SIZE};
 use crate::devices::virtio::transport::VirtioTransport;
-use crate::devices::virtio::worker::WorkerHandle;
 use crate::devices::virtio::VirtioDevice;
+use crate::guest_memory::GuestMemoryMmap;
 use crate::lifecycle::RunControl;
-use crate::vstate::memory::GuestMemoryMmap;
+use crate::vmm::PciMachine;
 use crate::vstate::pci::{level_irqfd, KvmBarMapper, KvmRouteSink};
 use crate::vstate::vm::Vm;
 
 const PCI_CONFIG_PORT: u64 = 0xcf8;
-
-/// What the PCI machine has beyond its virtio transports; shared by the VMM, its reset thread
-/// and a migration.
-pub(crate) struct PciMachine {
-    pub root: Arc<Mutex<PciRoot>>,
-    pub acpi_pm: Arc<Mutex<AcpiPm>>,
-    pub resampler: Resampler,
-    /// Ends the resampler thread when the machine goes.
-    _resampler_thread: Option<WorkerHandle>,
-}
-
-impl PciMachine {
-    pub fn root(&self) -> std::sync::MutexGuard<'_, PciRoot> {
-        self.root.lock().unwrap_or_else(crate::poison::fatal)
-    }
-
-    pub fn acpi_pm(&self) -> std::sync::MutexGuard<'_, AcpiPm> {
-        self.acpi_pm.lock().unwrap_or_else(crate::poison::fatal)
-    }
-}
 
 /// The PCI machine's devices.
 pub(crate) struct BuiltPci {
@@ -204,12 +184,7 @@ pub(crate) fn build_pci(
     .map_err(StartVmError::Acpi)?;
     Ok(BuiltPci {
         transports,
-        machine: Arc::new(PciMachine {
-            root,
-            acpi_pm,
-            resampler,
-            _resampler_thread: thread,
-        }),
+        machine: Arc::new(PciMachine::new(root, acpi_pm, resampler, thread)),
         acpi,
     })
 }

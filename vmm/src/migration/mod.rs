@@ -62,7 +62,9 @@ mod receive;
 pub use receive::parse_stream;
 mod send;
 pub mod state;
-pub mod wire;
+/// The stream's framing and payload encoding (at the bottom of the crate, as saved KVM state
+/// uses it too).
+pub use crate::wire;
 
 use std::io::{Read, Write};
 use std::sync::atomic::Ordering;
@@ -71,6 +73,8 @@ use std::time::{Duration, Instant};
 
 use log::warn;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryError, GuestMemoryRegion};
+
+pub use crate::error::error_chain;
 
 use crate::builder::{build_machine, Machine, StartVmError};
 use crate::config::VmConfig;
@@ -244,18 +248,6 @@ fn show_ranges(ranges: &[(u64, u64)]) -> String {
         .map(|(start, len)| format!("{len:#x} bytes at {start:#x}"))
         .collect();
     parts.join(", ")
-}
-
-/// An error and its sources on one line.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 struct Hello {

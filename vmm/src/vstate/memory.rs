@@ -12,9 +12,9 @@ use kvm_ioctls::VmFd;
 use vm_memory::bitmap::AtomicBitmap;
 use vm_memory::{GuestAddress, GuestMemoryBackend, GuestMemoryRegion, GuestRegionCollectionError};
 
-/// Guest memory as the whole VMM uses it: mmap'ed regions whose bitmaps record the pages the VMM
-/// writes (one bit per 4 KiB page).
-pub type GuestMemoryMmap = vm_memory::GuestMemoryMmap<AtomicBitmap>;
+/// Guest memory as the whole VMM uses it (defined in [`crate::guest_memory`], kept here where
+/// it is created).
+pub use crate::guest_memory::GuestMemoryMmap;
 
 /// Page size of guest memory tracking and migration.
 pub const PAGE_SIZE: u64 = 4096;

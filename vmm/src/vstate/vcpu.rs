@@ -16,11 +16,11 @@ use kvm_bindings::{KVM_MAX_CPUID_ENTRIES, KVM_SYSTEM_EVENT_RESET, KVM_SYSTEM_EVE
 use kvm_ioctls::{VcpuExit, VcpuFd};
 use log::{debug, warn};
 
+use super::state::{save_vcpu, KvmStateError};
 use super::vm::Vm;
 use crate::arch::{cpuid, msr, regs};
 use crate::devices::bus::Bus;
 use crate::lifecycle::{Requested, RunControl, VmExit};
-use crate::migration::state::{save_vcpu, KvmStateError};
 
 const APIC_LVT0: usize = 0x350;
 const APIC_LVT1: usize = 0x360;
@@ -154,7 +154,7 @@ impl Vcpu {
     fn run(mut self, filter: bool) {
         if filter {
             if let Err(e) = crate::seccomp::install(crate::seccomp::ThreadKind::Vcpu) {
-                let e = crate::migration::error_chain(&e);
+                let e = crate::error::error_chain(&e);
                 self.control
                     .request_exit(VmExit::Error(format!("vcpu{}: {e}", self.id)));
             }

@@ -7,8 +7,8 @@ use kvm_ioctls::{Kvm, VcpuFd, VmFd};
 use std::sync::Mutex;
 
 use super::memory::{register_with_kvm, MemoryError};
+use super::state::{migratable_msrs, KvmStateError};
 use crate::arch::KVM_TSS_ADDRESS;
-use crate::migration::state::{migratable_msrs, KvmStateError};
 
 /// Creating the VM failed.
 #[derive(Debug, thiserror::Error)]

@@ -18,8 +18,8 @@ use vmm_sys_util::eventfd::EventFd;
 
 use super::worker::{self, EventRegistry, WorkerEvent, WorkerHandle};
 use super::Interrupt;
+use crate::guest_memory::GuestMemoryMmap;
 use crate::seccomp::ThreadKind;
-use crate::vstate::memory::GuestMemoryMmap;
 
 /// What a device gets when the driver sets DRIVER_OK.
 pub struct Activation {

@@ -6,7 +6,7 @@
 //! broke), and rejects zero-length descriptors, so device code only sees well-formed chains.
 //! Addresses inside descriptors are still untrusted: they are checked by guest memory accesses.
 
-use crate::vstate::memory::GuestMemoryMmap;
+use crate::guest_memory::GuestMemoryMmap;
 use virtio_queue::desc::split::Descriptor;
 use virtio_queue::DescriptorChain;
 

@@ -1,7 +1,7 @@
 //! Helpers for device tests against `virtio_queue::mock`: guest memory and raw descriptors.
 //! Queues built by `MockSplitQueue::new` live at guest address 0; buffers go at 1 MiB and up.
 
-use crate::vstate::memory::GuestMemoryMmap;
+use crate::guest_memory::GuestMemoryMmap;
 use virtio_queue::desc::split::Descriptor;
 use virtio_queue::desc::RawDescriptor;
 use vm_memory::GuestAddress;

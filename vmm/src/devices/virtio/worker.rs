@@ -178,7 +178,7 @@ where
         .spawn(move || {
             if let Some(kind) = filter {
                 if let Err(e) = crate::seccomp::install(kind) {
-                    warn!("worker: {}; it stops", crate::migration::error_chain(&e));
+                    warn!("worker: {}; it stops", crate::error::error_chain(&e));
                     return;
                 }
             }

@@ -12,7 +12,7 @@
 use std::io;
 use std::sync::{Arc, Mutex};
 
-use crate::vstate::memory::GuestMemoryMmap;
+use crate::guest_memory::GuestMemoryMmap;
 use log::warn;
 use virtio_queue::{Queue, QueueT};
 use vmm_sys_util::eventfd::EventFd;

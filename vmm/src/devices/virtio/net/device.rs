@@ -5,8 +5,8 @@ use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
 
+use crate::guest_memory::GuestMemoryMmap;
 use crate::seccomp::ThreadKind;
-use crate::vstate::memory::GuestMemoryMmap;
 use log::warn;
 use virtio_queue::{Queue, QueueT};
 use vmm_sys_util::eventfd::EventFd;

@@ -2,7 +2,7 @@
 //! shape (via [`chain::collect`]), descriptor direction, frame size limits and guest memory
 //! bounds.
 
-use crate::vstate::memory::GuestMemoryMmap;
+use crate::guest_memory::GuestMemoryMmap;
 use virtio_queue::DescriptorChain;
 use vm_memory::{Bytes, GuestMemoryError};
 

@@ -36,7 +36,7 @@ use crate::devices::pci::config_space::{
 };
 use crate::devices::pci::msix::{self, MsixSnapshot, MsixVectors};
 use crate::devices::pci::PciDevice;
-use crate::vstate::memory::GuestMemoryMmap;
+use crate::guest_memory::GuestMemoryMmap;
 
 pub const VENDOR_ID: u16 = 0x1af4;
 /// Device id of virtio device type 0.

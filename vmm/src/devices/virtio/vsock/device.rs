@@ -7,8 +7,8 @@ use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::guest_memory::GuestMemoryMmap;
 use crate::seccomp::ThreadKind;
-use crate::vstate::memory::GuestMemoryMmap;
 use log::warn;
 use virtio_queue::{Queue, QueueOwnedT, QueueT};
 use vmm_sys_util::eventfd::EventFd;

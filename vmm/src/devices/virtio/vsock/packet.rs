@@ -2,7 +2,7 @@
 //! payload, all device-readable) and checks its length against the chain; [`write_rx_packet`]
 //! scatters a device packet into a device-writable chain and says how much payload fits.
 
-use crate::vstate::memory::GuestMemoryMmap;
+use crate::guest_memory::GuestMemoryMmap;
 use virtio_queue::desc::split::Descriptor;
 use virtio_queue::DescriptorChain;
 use vm_memory::{ByteValued, Bytes, GuestMemoryError};

@@ -2,6 +2,10 @@
 //! 4-byte tag, an 8-byte length and that many payload bytes (all integers little-endian).
 //! Payloads are built with [`Encoder`] and taken apart with [`Decoder`], which reports a short
 //! or malformed payload by name.
+//!
+//! The same encoding holds saved KVM state (`vstate::state`, the power-on state a reset goes
+//! back to among it), so this module sits at the bottom of the crate, below `vstate` and
+//! `migration` alike; `migration::wire` is this module.
 
 use std::io::{self, Read, Write};
 
