@@ -10,8 +10,8 @@
 //!    guestless VM, or boots the bundled initramfs when the launcher has one). Otherwise the
 //!    boot disk is the converter's: [`disks::boot_disk`], the first by `bootOrder`, else the
 //!    first declared.
-//! 2. Its file comes from the volume plan ([`crate::volumes::plan`]) and is read where it is,
-//!    before the volumes are prepared and without writing it: a containerDisk's image in its
+//! 2. Its file comes from the volume plan ([`crate::converter::volumes`]) and is read where it
+//!    is, before the volumes are prepared and without writing it: a containerDisk's image in its
 //!    mount (raw or qcow2; the file [`find_container_disk`] picks, the one the VM's private copy
 //!    is made from), a PVC's `disk.img`, an emptyDisk's file when a VM before made it (a new
 //!    one is blank). A cloud-init seed is not an OS disk.
@@ -35,9 +35,9 @@ use api::VirtualMachineInstance;
 use bootdisk::{DiskKind, DiskProbe, FileSource, FindBootError, Limits};
 
 use crate::converter::disks;
+use crate::converter::volumes::{VolumePlan, VolumeSource};
 use crate::converter::{BootDiscovery, FoundKernel};
-use crate::server::error::chain;
-use crate::volumes::plan::{VolumePlan, VolumeSource};
+use crate::util::chain;
 use crate::volumes::prepare::{find_container_disk, PrepareError};
 
 /// The directory of the run directory that holds the kernel and initrd taken from the disk.

@@ -12,6 +12,11 @@
 //! 7. relay the serial console to `console-sock` ([`console`]) and push every domain state
 //!    change to the handler's notify socket ([`server::notify`]).
 //!
+//! The modules are layered, each using only those before it: [`util`] (error chains, `PATH`
+//! lookups) at the bottom, then the pure [`converter`] (the volume plan among its pieces), then
+//! the I/O of one concern each ([`volumes`], then [`discovery`]; [`network`]; [`backend`], then
+//! [`domain`], the launcher's record of its VM; [`console`]), and [`server`] on top.
+//!
 //! What it shares with virt-handler and virt-controller (the `launcher.v1` API, the socket
 //! names, the directories, the limits) is the `contract` crate.
 #![forbid(unsafe_code)]
@@ -25,4 +30,5 @@ pub mod discovery;
 pub mod domain;
 pub mod network;
 pub mod server;
+pub mod util;
 pub mod volumes;

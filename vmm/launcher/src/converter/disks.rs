@@ -1,13 +1,13 @@
 //! Disks: one virtio-blk device per `spec.domain.devices.disks` entry, backed by the file of the
-//! volume of the same name (see [`crate::volumes::plan`]), ordered by `bootOrder` (then as
+//! volume of the same name (see [`super::volumes`]), ordered by `bootOrder` (then as
 //! declared), so the boot disk comes first and becomes `/dev/vda`.
 
 use api::domain::Disk;
 use api::VirtualMachineInstance;
 use vmm::config::DiskConfig;
 
+use super::volumes::{plan_volume, VolumePlan};
 use super::{FieldProblem, HostFacts};
-use crate::volumes::plan::{plan_volume, VolumePlan};
 
 /// The plans of every volume of the VMI, in `spec.volumes` order.
 pub fn volume_plans(

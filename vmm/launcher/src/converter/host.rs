@@ -1,7 +1,8 @@
 //! `HostFacts`: what the converter needs to know about the Pod and the node it runs on.
 //!
 //! Everything here is gathered by the launcher before it converts (probing KVM, reading its own
-//! flags, reading the boot disk: [`crate::discovery`]); the converter itself does no I/O.
+//! flags, reading the boot disk: the launcher's `discovery` module); the converter itself does
+//! no I/O.
 
 use std::path::PathBuf;
 
@@ -41,9 +42,9 @@ pub struct HostFacts {
     pub boot: BootDiscovery,
 }
 
-/// What the boot disk holds, as the launcher's boot discovery ([`crate::discovery`]) found it
-/// before conversion: plain data, so that [`crate::converter::boot`] decides what the VM boots
-/// without reading anything.
+/// What the boot disk holds, as the launcher's boot discovery (the `discovery` module) found it
+/// before conversion: plain data, so that [`super::boot`] decides what the VM boots without
+/// reading anything.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum BootDiscovery {
     /// Not looked for: the VMI boots the kernel of `firmware.kernelBoot`.

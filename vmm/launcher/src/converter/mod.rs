@@ -5,7 +5,7 @@
 //! It is made of one small piece per concern, each a pure function with its own table tests:
 //! [`cpu`], [`memory`], [`boot`] (kernel, initramfs, command line: kernelBoot, the kernel found
 //! on the boot disk, or the bundled kernel; or firmware), [`disks`] (with the volume
-//! plan of [`crate::volumes::plan`]), [`network`], [`console`] (serial, virtio console, vsock)
+//! plan of [`volumes`]), [`network`], [`console`] (serial, virtio console, vsock)
 //! and [`rng`]. [`convert`] calls them in that order and validates the result as a whole. A VMI
 //! feature Ferrovirt cannot run is an error naming its field path; nothing is silently dropped.
 
@@ -17,6 +17,7 @@ pub mod host;
 pub mod memory;
 pub mod network;
 pub mod rng;
+pub mod volumes;
 
 #[cfg(test)]
 mod fixture_tests;

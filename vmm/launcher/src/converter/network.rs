@@ -1,5 +1,5 @@
 //! Network: the interface on the pod network with the masquerade binding becomes one
-//! virtio-net device on the Pod's tap device (the launcher NATs it; see [`crate::network`]).
+//! virtio-net device on the Pod's tap device (the launcher NATs it; see its `network` module).
 //! Ferrovirt has one pod interface per VM; its MAC is the interface's `macAddress` or a stable
 //! locally administered address derived from the VMI and interface names.
 

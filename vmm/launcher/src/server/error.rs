@@ -12,6 +12,7 @@ use crate::console::ConsoleError;
 use crate::converter::{AdmitError, ConvertError};
 use crate::discovery::DiscoveryError;
 use crate::network::NetworkError;
+pub use crate::util::chain;
 use crate::volumes::prepare::PrepareError;
 
 /// Why `SyncVMI` failed, by step.
@@ -93,18 +94,6 @@ impl OpError {
             OpError::Backend(_) => Code::Internal,
         }
     }
-}
-
-/// `error: cause: cause`, the whole chain on one line.
-pub fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 impl From<SyncError> for Status {

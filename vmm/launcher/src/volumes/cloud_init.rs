@@ -59,9 +59,9 @@ fn run_tool(staging: &Path, target: &Path, names: &[&str]) -> Result<(), SeedErr
             .args(names)
             .current_dir(staging);
     };
-    let (tool, mut command) = if crate::backend::qemu::find_in_path("genisoimage").is_some() {
+    let (tool, mut command) = if crate::util::find_in_path("genisoimage").is_some() {
         ("genisoimage", Command::new("genisoimage"))
-    } else if crate::backend::qemu::find_in_path("xorriso").is_some() {
+    } else if crate::util::find_in_path("xorriso").is_some() {
         let mut command = Command::new("xorriso");
         command.args(["-as", "mkisofs"]);
         ("xorriso", command)

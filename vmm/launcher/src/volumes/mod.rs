@@ -1,6 +1,8 @@
-//! Volumes: the pure [`plan`] says which file backs each disk; [`prepare`] makes those files
-//! (I/O), and [`cloud_init`] writes the NoCloud seed disk.
+//! Volumes: the pure [`plan`] says which file backs each disk (it is the converter's
+//! [`crate::converter::volumes`], re-exported here); [`prepare`] makes those files (I/O), and
+//! [`cloud_init`] writes the NoCloud seed disk.
 
 pub mod cloud_init;
-pub mod plan;
 pub mod prepare;
+
+pub use crate::converter::volumes as plan;

@@ -254,7 +254,7 @@ mod tests {
     #[test]
     fn qcow2_container_disk_becomes_a_raw_copy() {
         assert!(
-            crate::backend::qemu::find_in_path("qemu-img").is_some(),
+            crate::util::find_in_path("qemu-img").is_some(),
             "qemu-img is missing: apt-get install qemu-utils"
         );
         let dir = temp_dir("qcow2");

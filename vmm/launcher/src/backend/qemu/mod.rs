@@ -26,6 +26,8 @@
 
 pub mod args;
 
+/// The `PATH` lookup, kept at its old path (it lives in [`crate::util`]).
+pub use crate::util::find_in_path;
 pub use args::{Acpi, Machine};
 
 use std::io::Read;
@@ -100,14 +102,6 @@ pub struct QemuVm {
     exited: Option<(String, bool)>,
     /// The migration under way or last done: its progress, kept once final.
     migrating: Option<MigrationProgress>,
-}
-
-/// Looks `program` up in `PATH`.
-pub fn find_in_path(program: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(program))
-        .find(|candidate| candidate.is_file())
 }
 
 /// The host TSC frequency in kHz from `/proc/cpuinfo` (`tsc_early_khz=`): the "cpu MHz" of a

@@ -1,6 +1,6 @@
 //! The volume plan: for each volume of a VMI, where its disk comes from and which file the VM
-//! uses. Pure (no I/O): the converter takes the disk paths from it, and
-//! [`crate::volumes::prepare`] carries it out.
+//! uses. Pure (no I/O), a piece of the converter: [`super::disks`] takes the disk paths from it,
+//! and the launcher's `volumes::prepare` carries it out (`volumes::plan` is this module).
 //!
 //! Layout (all directories come from [`HostFacts`]):
 //! - containerDisk `NAME`: the image is mounted at `container_disk_dir/NAME/`; the disk is its
@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use api::volume::Volume;
 use api::VirtualMachineInstance;
 
-use crate::converter::{FieldProblem, HostFacts};
+use super::{FieldProblem, HostFacts};
 
 /// What makes the disk of one volume.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,0 +1,25 @@
+//! Small helpers with no launcher state, at the bottom of the launcher so that every layer can
+//! use them: the one-line error chain of logs and gRPC statuses, and the `PATH` lookup of the
+//! host tools the launcher runs (QEMU, `qemu-img`, the ISO writers of cloud-init seeds).
+
+use std::path::PathBuf;
+
+/// `error: cause: cause`, the whole chain on one line.
+pub fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// Looks `program` up in `PATH`.
+pub fn find_in_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| candidate.is_file())
+}
