@@ -439,6 +439,12 @@ pub fn plan(
     })
 }
 
+/// Standard base64 with padding, as a Secret's `data` holds its values.
+pub fn base64(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
 /// The Secret objects and the CA ConfigMap of a plan, ready to apply.
 pub fn objects(namespace: &str, plan: &CertPlan, labels: &Value) -> Vec<Value> {
     let mut out: Vec<Value> = plan
@@ -451,7 +457,7 @@ pub fn objects(namespace: &str, plan: &CertPlan, labels: &Value) -> Vec<Value> {
                              "annotations": secret.annotations},
                 "type": "kubernetes.io/tls",
                 "data": secret.data.iter()
-                    .map(|(k, v)| (k.clone(), crate::install::base64(v.as_bytes())))
+                    .map(|(k, v)| (k.clone(), base64(v.as_bytes())))
                     .collect::<BTreeMap<_, _>>(),
             })
         })

@@ -14,6 +14,7 @@
 use api::KubeVirt;
 use serde_json::{json, Value};
 
+pub use crate::certs::base64;
 use crate::certs::{self, CertPlan};
 use crate::manifests::{self, InstallConfig};
 
@@ -173,11 +174,6 @@ fn apply_rank(object: &Value) -> u8 {
         "Deployment" | "DaemonSet" => 7,
         _ => 8,
     }
-}
-
-pub fn base64(bytes: &[u8]) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 /// The workload CRDs (every kubevirt.io CRD but the KubeVirt one): deleted first on uninstall,

@@ -12,8 +12,8 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
+use crate::context::{kube_error, Context, Error};
 use crate::install;
-use crate::reconcile::{kube_error, Context, Error};
 
 /// How far the workloads are: (available, at target version).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
