@@ -24,9 +24,11 @@ pub enum SourceError {
         #[source]
         source: std::io::Error,
     },
-    /// The qcow2 layer failed to map or decompress a cluster.
+    /// The qcow2 layer failed to map or decompress a cluster. The cause is that layer's
+    /// `qcow2::Qcow2Error`, boxed as a trait object so this bottom layer does not depend on the
+    /// format layers above it.
     #[error("qcow2")]
-    Qcow2(#[source] Box<crate::qcow2::Qcow2Error>),
+    Qcow2(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// A read would allocate more than a limit allows.
     #[error(transparent)]
     Limit(#[from] LimitError),

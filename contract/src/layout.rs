@@ -5,7 +5,7 @@
 //! Node:
 //! - [`HOST_RUN_DIR`]: virt-handler's run directory (hostPath into the handler DaemonSet);
 //! - [`HOST_SOCKET_ROOT`]: inside it, one socket directory per VMI UID (hostPath into that
-//!   VMI's launcher Pod, see [`crate::sockets`]);
+//!   VMI's launcher Pod; the `sockets` module names the sockets in it);
 //! - [`DEVICE_PLUGIN_DIR`]: the kubelet's device-plugin sockets (hostPath into virt-handler).
 //!
 //! Launcher Pod:

@@ -135,7 +135,7 @@ const EXPAND_EXAMPLES: &str = "Examples:
   # Expand a virtual machine called myvm and display output in json format.
   virtctl expand --vm myvm --output json";
 
-/// `virtctl expand`'s flags (checked, with KubeVirt's messages, by [`crate::expand::validate`]).
+/// `virtctl expand`'s flags (checked, with KubeVirt's messages, by `expand::validate`).
 #[derive(Args, Clone, Debug, Default, PartialEq, Eq)]
 pub struct ExpandArgs {
     /// Specify VirtualMachine name that should be expanded. Mutually exclusive with "--file" flag.
@@ -215,7 +215,7 @@ const PREFERENCE_EXAMPLES: &str = "Examples:
   virtctl create preference --volume-storage-class hostpath-provisioner | kubectl create -f -";
 
 /// `virtctl create instancetype`'s flags. `--cpu` and `--memory` are required, checked (with
-/// KubeVirt's messages) by [`crate::create::instancetype`].
+/// KubeVirt's messages) by `create::instancetype`.
 #[derive(Args, Clone, Debug, Default, PartialEq, Eq)]
 pub struct InstancetypeArgs {
     /// Specify the count of CPUs of the Instancetype.
@@ -323,7 +323,7 @@ fn kind_word(dry: bool) -> &'static str {
 }
 
 /// The call a command makes (`None` for console, migrate-cancel and version, which do more;
-/// for expand, whose call [`crate::expand::call`] makes once the file is read; and for
+/// for expand, whose call `expand::call` makes once the file is read; and for
 /// create, which makes none).
 pub fn plan(command: &Command, namespace: &str) -> Result<Option<ApiCall>, UsageError> {
     let put =
