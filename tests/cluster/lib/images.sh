@@ -154,7 +154,9 @@ push_guest_images() {
         have=$(crane_ digest "$(local_ref "$ref")" 2>/dev/null || true)
         [[ -n $have && $have == "$(layout_digest "$dir")" ]] && continue
         push_image "$dir" "$ref"
-        [[ -n $have ]] && forget_node_images "$ref"
+        # (An `if`: a `[[ ]] &&` as the loop's last command would fail the function on a
+        # fresh registry, where no tag had an image before.)
+        if [[ -n $have ]]; then forget_node_images "$ref"; fi
     done
 }
 
@@ -171,12 +173,16 @@ forget_node_images() {
             continue
         fi
         holder_running "$node" || continue
-        in_node "$node" ctr -n k8s.io images ls -q 2>/dev/null | while read -r name; do
+        { in_node "$node" ctr -n k8s.io images ls -q 2>/dev/null || true; } | while read -r name; do
             [[ $(local_ref "$name") == "$want" ]] || continue
-            in_node "$node" ctr -n k8s.io images rm "$name" </dev/null >/dev/null &&
+            if in_node "$node" ctr -n k8s.io images rm "$name" </dev/null >/dev/null; then
                 log "node $node forgot $name (the registry has a new $1)"
+            else
+                log "node $node could not forget $name: its Pods may still run the old $1"
+            fi
         done
     done
+    return 0
 }
 
 # The Debian 12 cloud image that guest-images/debian-cloud/build.sh leaves in its cache, as a
