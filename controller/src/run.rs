@@ -68,22 +68,43 @@ pub async fn run_controllers(client: Client, base: ClusterConfig, kubevirts: Sto
         }
         futures::future::ready(())
     });
-    let migration_controller = Controller::new(
+    // A migration moves on when its VMI (the handlers report there), its target Pod or, for
+    // one held back by the limits, another migration changes: see `migration::watch`.
+    let migrations = Controller::new(
         Api::<api::VirtualMachineInstanceMigration>::all(client.clone()),
         watcher::Config::default(),
-    )
-    .shutdown_on_signal()
-    .run(
-        crate::migration::reconcile::reconcile,
-        error_policy,
-        ctx.clone(),
-    )
-    .for_each(|result| {
-        if let Err(e) = result {
-            log::debug!("migration reconcile: {e}");
-        }
-        futures::future::ready(())
-    });
+    );
+    let (of_vmi, of_pod, of_limits) = (migrations.store(), migrations.store(), migrations.store());
+    let migration_controller = migrations
+        .watches(
+            Api::<VirtualMachineInstance>::all(client.clone()),
+            watcher::Config::default(),
+            move |vmi| crate::migration::watch::migrations_of_vmi(&of_vmi.state(), &vmi),
+        )
+        .watches(
+            Api::<Pod>::all(client.clone()),
+            watcher::Config::default().labels(labels::MIGRATION_JOB),
+            move |pod| crate::migration::watch::migration_of_pod(&of_pod.state(), &pod),
+        )
+        .watches(
+            Api::<api::VirtualMachineInstanceMigration>::all(client.clone()),
+            watcher::Config::default(),
+            move |migration| {
+                crate::migration::watch::waiting_for_limits(&of_limits.state(), &migration)
+            },
+        )
+        .shutdown_on_signal()
+        .run(
+            crate::migration::reconcile::reconcile,
+            error_policy,
+            ctx.clone(),
+        )
+        .for_each(|result| {
+            if let Err(e) = result {
+                log::debug!("migration reconcile: {e}");
+            }
+            futures::future::ready(())
+        });
     let replica_set_controller = Controller::new(
         Api::<api::VirtualMachineInstanceReplicaSet>::all(client.clone()),
         watcher::Config::default(),

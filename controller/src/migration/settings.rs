@@ -2,6 +2,9 @@
 //! KubeVirt CR's `spec.configuration.migrations`, and the `migrationState` patch that records
 //! them (with the policy's name) when the migration starts.
 
+use std::collections::BTreeMap;
+
+use api::kubevirt::MigrationConfiguration;
 use api::vmi::MigrationState;
 use api::VirtualMachineInstance;
 use kube::api::ListParams;
@@ -16,7 +19,7 @@ use crate::Error;
 pub async fn settings_for(
     ctx: &Context,
     vmi: &VirtualMachineInstance,
-) -> Result<(Option<String>, api::kubevirt::MigrationConfiguration), Error> {
+) -> Result<(Option<String>, MigrationConfiguration), Error> {
     let base = ctx.migration_config();
     let policies = Api::<api::MigrationPolicy>::all(ctx.client.clone())
         .list(&ListParams::default())
@@ -35,15 +38,24 @@ pub async fn settings_for(
         None => Default::default(),
     };
     let vmi_labels = vmi.metadata.labels.clone().unwrap_or_default();
-    Ok(
-        match api::migration_policy::match_policy(&policies, &vmi_labels, &namespace_labels) {
-            Some(policy) => (
-                policy.metadata.name.clone(),
-                api::migration_policy::apply(&base, &policy.spec),
-            ),
-            None => (None, base),
-        },
-    )
+    Ok(resolve(&base, &policies, &vmi_labels, &namespace_labels))
+}
+
+/// [`settings_for`] from what it read: the policy's name and the settings, `base` (the
+/// KubeVirt CR's) with the matching policy's over them.
+pub fn resolve(
+    base: &MigrationConfiguration,
+    policies: &[api::MigrationPolicy],
+    vmi_labels: &BTreeMap<String, String>,
+    namespace_labels: &BTreeMap<String, String>,
+) -> (Option<String>, MigrationConfiguration) {
+    match api::migration_policy::match_policy(policies, vmi_labels, namespace_labels) {
+        Some(policy) => (
+            policy.metadata.name.clone(),
+            api::migration_policy::apply(base, &policy.spec),
+        ),
+        None => (None, base.clone()),
+    }
 }
 
 /// A new migration's `migrationState` as a status merge patch. A merge patch keeps what it does
@@ -86,7 +98,7 @@ mod tests {
     fn the_start_patch_nulls_what_an_earlier_migration_left() {
         let state = MigrationState {
             migration_uid: Some("m".into()),
-            migration_configuration: Some(api::kubevirt::MigrationConfiguration {
+            migration_configuration: Some(MigrationConfiguration {
                 completion_timeout_per_gib: Some(5),
                 ..Default::default()
             }),
@@ -101,5 +113,28 @@ mod tests {
         assert!(settings
             .get("bandwidthPerMigration")
             .is_some_and(Value::is_null));
+    }
+
+    #[test]
+    fn the_policy_that_picks_the_namespace_goes_over_the_crs_settings() {
+        let policy: api::MigrationPolicy = serde_json::from_value(json!({
+            "apiVersion": "migrations.kubevirt.io/v1alpha1", "kind": "MigrationPolicy",
+            "metadata": {"name": "slow"},
+            "spec": {"completionTimeoutPerGiB": 5,
+                     "selectors": {"namespaceSelector": {"team": "a"}}}
+        }))
+        .unwrap();
+        let base = MigrationConfiguration {
+            completion_timeout_per_gib: Some(150),
+            parallel_migrations_per_cluster: Some(3),
+            ..Default::default()
+        };
+        let none = BTreeMap::new();
+        let team = BTreeMap::from([("team".to_string(), "a".to_string())]);
+        let (name, settings) = resolve(&base, std::slice::from_ref(&policy), &none, &team);
+        assert_eq!(name.as_deref(), Some("slow"));
+        assert_eq!(settings.completion_timeout_per_gib, Some(5));
+        assert_eq!(settings.parallel_migrations_per_cluster, Some(3));
+        assert_eq!(resolve(&base, &[policy], &none, &none), (None, base));
     }
 }

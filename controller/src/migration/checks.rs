@@ -1,18 +1,15 @@
-//! The pure parts of the migration controller: whether a VMI can migrate, the target Pod, the
-//! limits, and which launcher Pod is the VMI's current one while it migrates.
+//! The rules a migration follows that need no cluster: whether a VMI can migrate (and its
+//! `LiveMigratable` condition), how a deleted migration is cancelled, and the limits on
+//! migrations under way.
 
 use std::collections::BTreeMap;
 
 use api::condition::Condition;
-use api::migration::MigrationPhase;
+use api::migration::{MigrationPhase, VirtualMachineInstanceMigration};
 use api::vmi::{set_condition, MigrationState};
-use api::{VirtualMachineInstance, VirtualMachineInstanceStatus, VmiPhase};
-use k8s_openapi::api::core::v1::{
-    Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
-};
+use api::{VirtualMachineInstance, VirtualMachineInstanceStatus};
 
 use crate::config::ClusterConfig;
-use crate::pod::{render_launcher_pod, RenderError};
 
 /// Why a VMI cannot be live-migrated: the `LiveMigratable` condition's reason and message.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -171,74 +168,25 @@ pub fn over_limits(
     })
 }
 
-/// The target launcher Pod: the VMI's launcher Pod, labelled with the migration, that the
-/// scheduler must put on another node than `source_node`.
-pub fn render_target_pod(
-    vmi: &VirtualMachineInstance,
-    cfg: &ClusterConfig,
-    migration_uid: &str,
-    source_node: &str,
-) -> Result<Pod, RenderError> {
-    let mut pod = render_launcher_pod(vmi, cfg)?;
-    pod.metadata
-        .labels
-        .get_or_insert_with(Default::default)
-        .insert(contract::labels::MIGRATION_JOB.into(), migration_uid.into());
-    let away = NodeSelectorRequirement {
-        key: "kubernetes.io/hostname".into(),
-        operator: "NotIn".into(),
-        values: Some(vec![source_node.to_string()]),
-    };
-    if let Some(spec) = pod.spec.as_mut() {
-        let affinity = spec.affinity.get_or_insert_with(Affinity::default);
-        let node = affinity
-            .node_affinity
-            .get_or_insert_with(NodeAffinity::default);
-        let required = node
-            .required_during_scheduling_ignored_during_execution
-            .get_or_insert_with(|| NodeSelector {
-                node_selector_terms: vec![],
-            });
-        if required.node_selector_terms.is_empty() {
-            required
-                .node_selector_terms
-                .push(NodeSelectorTerm::default());
-        }
-        // Terms are ORed: the source node is excluded from each.
-        for term in &mut required.node_selector_terms {
-            term.match_expressions
-                .get_or_insert_with(Vec::new)
-                .push(away.clone());
-        }
-    }
-    Ok(pod)
-}
-
-/// The launcher Pods the VMI controller follows while and after the VMI migrates: the target
-/// Pod the recorded migration names only once it completed (and then no longer the source Pod);
-/// the target Pod of an earlier migration while it is not being deleted (it became the VMI's
-/// launcher, or its migration failed and it goes).
-pub fn visible_pods(vmi: &VirtualMachineInstance, pods: Vec<Pod>) -> Vec<Pod> {
-    let state = vmi.status.as_ref().and_then(|s| s.migration_state.as_ref());
-    let running = vmi.status.as_ref().and_then(|s| s.phase) == Some(VmiPhase::Running);
-    let completed = running && state.is_some_and(|s| s.completed == Some(true));
-    let current = state.and_then(|s| s.migration_uid.clone());
-    let source = state.and_then(|s| s.source_pod.clone());
-    let target = state.and_then(|s| s.target_pod.clone());
-    pods.into_iter()
-        .filter(|pod| {
-            let job = pod
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(contract::labels::MIGRATION_JOB).cloned());
-            match job {
-                Some(job) if Some(&job) == current.as_ref() => {
-                    completed && pod.metadata.name.is_some() && pod.metadata.name == target
-                }
-                Some(_) => pod.metadata.deletion_timestamp.is_none(),
-                None => !(completed && pod.metadata.name.is_some() && pod.metadata.name == source),
-            }
+/// The source nodes of the migrations under way in the cluster (past Pending, not finished),
+/// other than the one with UID `except`: what [`over_limits`] counts.
+pub fn running_sources(
+    migrations: &[VirtualMachineInstanceMigration],
+    except: &str,
+) -> Vec<String> {
+    migrations
+        .iter()
+        .filter(|m| m.metadata.uid.as_deref() != Some(except))
+        .filter_map(|m| {
+            let status = m.status.as_ref()?;
+            let phase = status.phase?;
+            (phase != MigrationPhase::Pending && !phase.is_final()).then(|| {
+                status
+                    .migration_state
+                    .as_ref()
+                    .and_then(|s| s.source_node.clone())
+                    .unwrap_or_default()
+            })
         })
         .collect()
 }
@@ -257,17 +205,6 @@ mod tests {
             "status": {"phase": "Running", "nodeName": "node-a"}
         }))
         .unwrap()
-    }
-
-    fn pod(name: &str, target: bool) -> Pod {
-        let mut labels = BTreeMap::new();
-        if target {
-            labels.insert(contract::labels::MIGRATION_JOB.to_string(), "m".to_string());
-        }
-        let mut pod = Pod::default();
-        pod.metadata.name = Some(name.into());
-        pod.metadata.labels = Some(labels);
-        pod
     }
 
     #[test]
@@ -411,85 +348,25 @@ mod tests {
     }
 
     #[test]
-    fn target_pod_avoids_the_source_node_and_names_its_migration() {
-        let pod = render_target_pod(
-            &vmi(json!([])),
-            &ClusterConfig::default(),
-            "mig-1",
-            "node-a",
-        )
-        .unwrap();
-        assert_eq!(
-            pod.metadata
-                .labels
-                .as_ref()
-                .unwrap()
-                .get(contract::labels::MIGRATION_JOB),
-            Some(&"mig-1".to_string())
-        );
-        let terms = pod
-            .spec
+    fn only_migrations_past_pending_and_unfinished_count() {
+        let migration = |uid: &str, phase: Option<&str>| -> VirtualMachineInstanceMigration {
+            serde_json::from_value(json!({
+                "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+                "metadata": {"name": uid, "namespace": "default", "uid": uid},
+                "spec": {"vmiName": "v"},
+                "status": {"phase": phase, "migrationState": {"sourceNode": "node-a"}}
+            }))
             .unwrap()
-            .affinity
-            .unwrap()
-            .node_affinity
-            .unwrap()
-            .required_during_scheduling_ignored_during_execution
-            .unwrap()
-            .node_selector_terms;
-        assert_eq!(terms.len(), 1);
-        let expr = &terms[0].match_expressions.as_ref().unwrap()[0];
-        assert_eq!(
-            (
-                expr.operator.as_str(),
-                expr.values.as_ref().unwrap()[0].as_str()
-            ),
-            ("NotIn", "node-a")
-        );
-    }
-
-    #[test]
-    fn the_target_pod_becomes_current_only_after_completion() {
-        let pods = vec![
-            pod("source", false),
-            pod("target", true),
-            pod("extra", true),
-        ];
-        let mut migrating = vmi(json!([]));
-        migrating.status.as_mut().unwrap().migration_state = Some(api::vmi::MigrationState {
-            migration_uid: Some("m".into()),
-            source_pod: Some("source".into()),
-            target_pod: Some("target".into()),
-            ..Default::default()
-        });
-        let names = |pods: Vec<Pod>| -> Vec<String> {
-            pods.into_iter().filter_map(|p| p.metadata.name).collect()
         };
-        assert_eq!(names(visible_pods(&migrating, pods.clone())), ["source"]);
-        migrating
-            .status
-            .as_mut()
-            .unwrap()
-            .migration_state
-            .as_mut()
-            .unwrap()
-            .completed = Some(true);
-        assert_eq!(names(visible_pods(&migrating, pods.clone())), ["target"]);
-        // A second migration: the first one's target Pod is the launcher until it completes.
-        let mut again = migrating.clone();
-        again.status.as_mut().unwrap().migration_state = Some(api::vmi::MigrationState {
-            migration_uid: Some("m2".into()),
-            source_pod: Some("target".into()),
-            ..Default::default()
-        });
-        let mut second = pod("target2", true);
-        second
-            .metadata
-            .labels
-            .as_mut()
-            .unwrap()
-            .insert(contract::labels::MIGRATION_JOB.into(), "m2".into());
-        let all = vec![pods[1].clone(), second];
-        assert_eq!(names(visible_pods(&again, all)), ["target"]);
+        let all = [
+            migration("new", None),
+            migration("waiting", Some("Pending")),
+            migration("scheduling", Some("Scheduling")),
+            migration("running", Some("Running")),
+            migration("done", Some("Succeeded")),
+            migration("failed", Some("Failed")),
+            migration("me", Some("Running")),
+        ];
+        assert_eq!(running_sources(&all, "me"), ["node-a", "node-a"]);
     }
 }
