@@ -209,6 +209,18 @@ ISSUE
     cat >"$tree/etc/fstab" <<'FSTAB'
 LABEL=cirros-rootfs / ext3 rw,relatime 0 1
 FSTAB
+    # CirrOS's init announces its first boot script on the console; KubeVirt's boot-order spec
+    # waits for that line. The stand-in's rc.sysinit says it, then runs the tiny guest's rcS.
+    cat >"$tree/etc/init.d/rc.sysinit" <<'SYSINIT'
+#!/bin/sh
+up=$(cut -d' ' -f1 /proc/uptime 2>/dev/null)
+echo "info: /etc/init.d/rc.sysinit: up at ${up:-0}"
+exec /etc/init.d/rcS
+SYSINIT
+    chmod 0755 "$tree/etc/init.d/rc.sysinit"
+    sed -i 's|^::sysinit:/etc/init.d/rcS$|::sysinit:/etc/init.d/rc.sysinit|' "$tree/etc/inittab"
+    grep -qx '::sysinit:/etc/init.d/rc.sysinit' "$tree/etc/inittab" ||
+        { echo "standins: the tiny guest's inittab has no rcS sysinit line" >&2; exit 1; }
 
     log "cirros: /boot (Debian's stock kernel $release, an initramfs, grub.cfg)"
     mkdir -p "$tree/boot/grub"
