@@ -24,6 +24,15 @@ impl ConsoleSession {
         Ok(ConsoleSession { virtctl })
     }
 
+    /// Waits up to `within` for `text` among what the console showed since the last match, the
+    /// boot's backlog included; types nothing.
+    pub fn shown(&mut self, text: &str, within: Duration) -> Result<(), String> {
+        self.virtctl
+            .expect(text, within)
+            .map(|_| ())
+            .map_err(|e| format!("the guest did not show {text:?}: {e}"))
+    }
+
     /// Presses Enter until `prompt` comes back (the guest may still be booting).
     pub fn prompt(&mut self, prompt: &str, within: Duration) -> Result<(), String> {
         let deadline = Instant::now() + within;

@@ -64,12 +64,14 @@ fn alpine_session(namespace: &str, vmi: &str) -> Result<(String, Duration), Stri
     Ok((console.escape()?, to_login))
 }
 
-/// Logs in as KubeVirt's LoginToCirros does (the banner, `<hostname> login:`, cirros and
-/// gocubsgo, a prompt ending in `$ `) and asks the guest what booted it, who sudo makes it and
-/// its host name (the VMI's, from the DHCP lease).
+/// Waits for CirrOS's rc.sysinit boot line, logs in as KubeVirt's LoginToCirros does (the
+/// banner, `<hostname> login:`, cirros and gocubsgo, a prompt ending in `$ `) and asks the guest
+/// what booted it, who sudo makes it and its host name (the VMI's, from the DHCP lease).
 fn cirros_session(namespace: &str, vmi: &str) -> Result<(String, Duration), String> {
     let started = Instant::now();
     let mut console = ConsoleSession::open(namespace, vmi)?;
+    // CirrOS's boot line that KubeVirt's boot-order spec waits for, before the banner.
+    console.shown("info: /etc/init.d/rc.sysinit: up at ", BOOT)?;
     console.prompt(CIRROS_BANNER, BOOT)?;
     console.prompt(&format!("{vmi} login: "), BOOT)?;
     let to_login = started.elapsed();
