@@ -157,9 +157,12 @@ $(tail -n 30 "$out/suite.log")"
 suite_rc=0
 python3 "$here/report.py" "$out/report.json" "$out/specs.txt" | tee "$out/summary.txt" || suite_rc=$?
 
-# The same commands through KubeVirt's virtctl and through ours.
+# The same commands through KubeVirt's virtctl and through ours, built from this checkout (a
+# fresh machine has none, and an older build would compare old code).
 ours=${CARGO_TARGET_DIR:-$here/../../target}/release/virtctl
 echo
+(cd "$here/../.." && cargo build --release --quiet --locked -p virtctl) {lock_fd}>&- ||
+  fail "cargo build --release -p virtctl failed"
 parity_rc=0
 "$here/virtctl-parity.sh" "$virtctl" "$ours" {lock_fd}>&- || parity_rc=$?
 ((suite_rc == 0 && parity_rc == 0))
