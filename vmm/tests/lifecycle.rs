@@ -105,7 +105,10 @@ fn build_errors_name_the_failing_step() {
         .err()
         .expect("missing kernel");
     assert!(
-        matches!(err, vmm::builder::StartVmError::LoadKernel(_)),
+        matches!(
+            err,
+            vmm::builder::StartVmError::Payload(vmm::payload::PayloadError::LoadKernel(_))
+        ),
         "{err:?}"
     );
     let mut cfg = config("serial", &serial);

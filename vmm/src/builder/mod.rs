@@ -28,8 +28,6 @@ use kvm_ioctls::IoEventAddress;
 use vmm_sys_util::eventfd::EventFd;
 
 use crate::acpi::AcpiError;
-use crate::arch::boot_params::ZeroPageError;
-use crate::arch::regs::WriteBootTablesError;
 use crate::arch::{LAST_IRQ, VIRTIO_FIRST_IRQ, VIRTIO_MMIO_SIZE, VIRTIO_MMIO_START};
 use crate::config::{parse_mac, PayloadConfig, Transport, ValidationError, VmConfig};
 use crate::console::{Console, OpenConsoleError};
@@ -48,7 +46,6 @@ use crate::devices::virtio::transport::VirtioTransport;
 use crate::devices::virtio::vsock::Vsock;
 use crate::devices::virtio::{Interrupt, VirtioDevice};
 use crate::lifecycle::{ResetPolicy, RunControl};
-use crate::loader::{CmdlineError, LoadInitramfsError, LoadKernelError};
 use crate::payload::{load_payload, PayloadError, Platform};
 use crate::reset::{PowerOnState, ResetWorker};
 use crate::vmm::{PciMachine, VcpuThreads, Vmm};
@@ -104,38 +101,15 @@ pub enum StartVmError {
     Acpi(#[source] AcpiError),
     #[error("virtio transport")]
     Transport(#[source] CreateTransportError),
-    #[error("load kernel")]
-    LoadKernel(#[source] LoadKernelError),
-    #[error("load initramfs")]
-    LoadInitramfs(#[source] LoadInitramfsError),
-    #[error("load the idle code of a guestless VM")]
-    LoadIdleCode(#[source] vm_memory::GuestMemoryError),
-    #[error("kernel command line")]
-    Cmdline(#[source] CmdlineError),
-    #[error("zero page")]
-    ZeroPage(#[source] ZeroPageError),
-    #[error("boot tables")]
-    BootTables(#[source] WriteBootTablesError),
+    /// Step 5: the kernel, initramfs, command line and boot tables ([`crate::payload`]).
+    #[error("load the payload")]
+    Payload(#[from] PayloadError),
     #[error("configure vCPU")]
     Vcpu(#[source] ConfigureVcpuError),
     #[error("save the power-on state of the interrupt controllers")]
     PowerOnState(#[source] KvmStateError),
     #[error("start thread")]
     Thread(#[source] std::io::Error),
-}
-
-impl From<PayloadError> for StartVmError {
-    fn from(e: PayloadError) -> Self {
-        match e {
-            PayloadError::Acpi(e) => StartVmError::Acpi(e),
-            PayloadError::LoadKernel(e) => StartVmError::LoadKernel(e),
-            PayloadError::LoadInitramfs(e) => StartVmError::LoadInitramfs(e),
-            PayloadError::LoadIdleCode(e) => StartVmError::LoadIdleCode(e),
-            PayloadError::Cmdline(e) => StartVmError::Cmdline(e),
-            PayloadError::ZeroPage(e) => StartVmError::ZeroPage(e),
-            PayloadError::BootTables(e) => StartVmError::BootTables(e),
-        }
-    }
 }
 
 fn irq_eventfd(vm: &Vm, irq: u32) -> Result<EventFd, StartVmError> {
