@@ -31,7 +31,7 @@ use crate::devices::legacy::serial::SerialDevice;
 use crate::devices::pci::bus::PciRoot;
 use crate::devices::virtio::block::DiskHandle;
 use crate::devices::virtio::transport::VirtioTransport;
-use crate::devices::virtio::worker::WorkerHandle;
+use crate::devices::worker::WorkerHandle;
 use crate::lifecycle::{Requested, ResetPolicy, RunControl, VmExit};
 use crate::vstate::vcpu::{kick_signal, SharedVcpuFd};
 use crate::vstate::vm::Vm;

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use log::warn;
 use vmm_sys_util::eventfd::EventFd;
 
-use crate::devices::virtio::worker::{self, WorkerEvent, WorkerHandle};
+use crate::devices::worker::{self, WorkerEvent, WorkerHandle};
 use crate::seccomp::ThreadKind;
 
 /// First GSI past the IOAPIC's 24 pins: where MSI vectors start.

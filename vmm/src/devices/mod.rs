@@ -21,3 +21,4 @@ pub mod irq;
 pub mod legacy;
 pub mod pci;
 pub mod virtio;
+pub mod worker;

@@ -16,8 +16,8 @@ use std::sync::Arc;
 use virtio_queue::Queue;
 use vmm_sys_util::eventfd::EventFd;
 
-use super::worker::{self, EventRegistry, WorkerEvent, WorkerHandle};
 use super::Interrupt;
+use crate::devices::worker::{self, EventRegistry, WorkerEvent, WorkerHandle};
 use crate::guest_memory::GuestMemoryMmap;
 use crate::seccomp::ThreadKind;
 

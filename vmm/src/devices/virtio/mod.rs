@@ -22,12 +22,20 @@ pub mod rng;
 pub mod test_utils;
 pub mod transport;
 pub mod vsock;
-pub mod worker;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use log::warn;
 use vmm_sys_util::eventfd::EventFd;
+
+use crate::devices::worker;
+
+/// A transport's state, whichever transport it is (for live migration).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TransportSnapshot {
+    Mmio(transport::TransportState),
+    Pci(Box<pci::VirtioPciState>),
+}
 
 pub use activation::{queue_events, ActivateError, Activation, ActiveQueues, DeviceWorker};
 

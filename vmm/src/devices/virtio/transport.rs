@@ -89,12 +89,8 @@ pub enum CreateTransportError {
     Config(#[source] crate::devices::pci::config_space::ConfigSpaceError),
 }
 
-/// A transport's state, whichever transport it is (for live migration).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum TransportSnapshot {
-    Mmio(TransportState),
-    Pci(Box<super::pci::VirtioPciState>),
-}
+// The snapshot names every transport, so it lives in the parent module, beside both.
+pub use super::TransportSnapshot;
 
 /// A virtio device with its transport, as the VMM drives it: pause and resume the worker
 /// (migration), the disk (block migration), machine reset, save and restore.

@@ -14,11 +14,11 @@ use vmm_sys_util::eventfd::EventFd;
 use super::frame::{read_tx_frame, write_rx_frame, RxOutcome};
 use super::tap::{Tap, TUN_F_CSUM, TUN_F_TSO4, TUN_F_TSO6, TUN_F_UFO};
 use super::*;
-use crate::devices::virtio::worker::WorkerEvent;
 use crate::devices::virtio::{
     queue_events, ActivateError, Activation, ActiveQueues, DeviceWorker, Interrupt, VirtioDevice,
     TYPE_NET, VIRTIO_F_VERSION_1,
 };
+use crate::devices::worker::WorkerEvent;
 
 const QUEUE_SIZES: [u16; 2] = [256, 256];
 /// Queue event tokens are the queue indexes ([`queue_events`]).

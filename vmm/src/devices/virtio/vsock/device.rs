@@ -16,11 +16,11 @@ use vmm_sys_util::eventfd::EventFd;
 use super::muxer::{Muxer, FIRST_CONNECTION_TOKEN};
 use super::packet::{read_tx_packet, rx_capacity, write_rx_packet};
 use crate::devices::virtio::chain;
-use crate::devices::virtio::worker::{EventRegistry, WorkerEvent};
 use crate::devices::virtio::{
     queue_events, ActivateError, Activation, ActiveQueues, DeviceWorker, Interrupt, VirtioDevice,
     VIRTIO_F_VERSION_1,
 };
+use crate::devices::worker::{EventRegistry, WorkerEvent};
 
 /// Device type of virtio-vsock.
 pub const TYPE_VSOCK: u32 = 19;

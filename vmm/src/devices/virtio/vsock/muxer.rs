@@ -16,7 +16,7 @@ use log::{debug, warn};
 
 use super::packet::PacketHeader;
 use super::*;
-use crate::devices::virtio::worker::EventRegistry;
+use crate::devices::worker::EventRegistry;
 
 /// Receive buffer we advertise per connection.
 pub const BUF_ALLOC: u32 = 256 << 10;

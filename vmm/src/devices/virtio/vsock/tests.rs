@@ -147,7 +147,7 @@ mod muxer {
 
     use super::*;
     use crate::devices::virtio::vsock::muxer::{Muxer, BUF_ALLOC};
-    use crate::devices::virtio::worker::EventRegistry;
+    use crate::devices::worker::EventRegistry;
 
     fn guest(op: u16, src_port: u32, dst_port: u32, len: u32, buf_alloc: u32) -> PacketHeader {
         PacketHeader {
