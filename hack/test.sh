@@ -2,8 +2,9 @@
 # Runs every Ferrovirt test on this machine, installing what the tests need first:
 #   1. the Debian packages, the guest images and the Debian cloud image (cached under
 #      /var/cache/ferrovirt);
-#   2. the KVM test guests on QEMU TCG, then format and lint checks (rustfmt, clippy and
-#      hack/shellcheck.sh) and every fuzz target for a bounded time (hack/fuzz.sh);
+#   2. the KVM test guests on QEMU TCG, then format and lint checks (rustfmt, clippy,
+#      hack/shellcheck.sh, and hack/module-cycles.py: no import cycle between sibling modules)
+#      and every fuzz target for a bounded time (hack/fuzz.sh);
 #   2b. the nested-KVM tier: real Linux guests on the VMM inside an L1 VM with nested SVM
 #      (hack/kvm-host.sh; vmm/tests/nested*.rs and vmm/launcher/tests/nested_launcher.rs, the
 #      `nested` feature of both packages);
@@ -110,6 +111,7 @@ step "test guests on QEMU TCG (independent of Ferrovirt's VMM)" \
 step "cargo fmt --check" cargo fmt --all -- --check
 step "cargo clippy" cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 step "shellcheck" hack/shellcheck.sh
+step "no import cycle between sibling modules" hack/module-cycles.py
 step "fuzzing: every target of bootdisk/fuzz and vmm/fuzz, 8 s each" hack/fuzz.sh 8
 # The launcher's nested tests run one at a time: two L1s side by side, one of them booting
 # Debian's kernel, lost an L1 before its exit status (twice on 2026-12-01). An L1 also died one
