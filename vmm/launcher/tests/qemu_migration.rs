@@ -249,8 +249,11 @@ async fn migrates_a_running_guest_with_its_disks() {
     let first = &after[0];
     println!("last count on the source: {last_before:?}; first on the target: {first:?}");
     assert_eq!(
-        first.token, last_before.token,
-        "the RAM token changed: the guest rebooted"
+        first.token,
+        last_before.token,
+        "the RAM token changed: the guest rebooted; the target's console:\n{}\ntarget log:\n{}",
+        target_console.text(),
+        target.log_text()
     );
     assert!(
         first.n > last_before.n,
