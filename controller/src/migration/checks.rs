@@ -196,16 +196,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-
-    fn vmi(volumes: serde_json::Value) -> VirtualMachineInstance {
-        serde_json::from_value(json!({
-            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-            "metadata": {"name": "v", "namespace": "default", "uid": "vmi-uid"},
-            "spec": {"domain": {"devices": {}, "memory": {"guest": "128Mi"}}, "volumes": volumes},
-            "status": {"phase": "Running", "nodeName": "node-a"}
-        }))
-        .unwrap()
-    }
+    use crate::migration::fixtures::vmi;
 
     #[test]
     fn rwo_pvcs_and_host_disks_are_not_migratable() {

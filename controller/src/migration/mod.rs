@@ -35,6 +35,8 @@
 //! ([`checks::refresh_live_migratable`]), as KubeVirt does, not only when a migration asks.
 
 pub mod checks;
+#[cfg(test)]
+mod fixtures;
 pub mod patch;
 pub mod plan;
 pub mod reconcile;
