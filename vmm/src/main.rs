@@ -35,6 +35,7 @@ use vmm::capability::{self, KvmCapability, NEEDS_HARDWARE_VIRT};
 use vmm::config::{
     ConsoleConfig, DiskConfig, NetConfig, RngConfig, Transport, VmConfig, VsockConfig,
 };
+use vmm::error::error_chain;
 use vmm::lifecycle::{ResetPolicy, VmExit};
 use vmm::migration::{MigrationOptions, MigrationStats};
 
@@ -197,16 +198,6 @@ extern "C" fn on_signal(signal: libc::c_int, _: *mut libc::siginfo_t, _: *mut li
         libc::SIGHUP => RESET.store(true, Ordering::SeqCst),
         _ => INTERRUPT.store(true, Ordering::SeqCst),
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(&format!(": {cause}"));
-        source = cause.source();
-    }
-    text
 }
 
 /// Listens on `socket`, takes one connection and restores the VM from it.

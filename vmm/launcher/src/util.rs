@@ -4,17 +4,8 @@
 
 use std::path::PathBuf;
 
-/// `error: cause: cause`, the whole chain on one line.
-pub fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
+/// `error: cause: cause`, the whole chain on one line (the VMM's own formatter).
+pub use vmm::error::error_chain as chain;
 
 /// Looks `program` up in `PATH`.
 pub fn find_in_path(program: &str) -> Option<PathBuf> {
