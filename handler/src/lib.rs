@@ -2,6 +2,7 @@
 //! status, and advertises `/dev/kvm` and `/dev/net/tun` through kubelet device plugins.
 #![forbid(unsafe_code)]
 
+pub mod cgroup;
 pub mod device_plugin;
 pub mod events;
 pub mod metrics;

@@ -5,9 +5,9 @@
 //! launcher Pod costs in memory beyond the guest's own, computed at each scrape:
 //! 1. the VMIs of this node (by the `kubevirt.io/nodeName` label) in phase Running, and the uid
 //!    of their launcher Pod on this node (`status.activePods`);
-//! 2. the Pod's memory cgroup (v1, `kubepods/.../pod<uid>`, read from the host's cgroup tree
-//!    mounted at [`HOST_CGROUP_MEMORY`]): its working set, `memory.usage_in_bytes` minus
-//!    `total_inactive_file` of `memory.stat` (what the kubelet and `kubectl top` call the
+//! 2. the Pod's memory cgroup (`kubepods/.../pod<uid>`, read from the host's cgroup tree mounted
+//!    at [`HOST_CGROUP`], v1 or v2 as the host has it, see [`crate::cgroup`]): its working set,
+//!    the usage minus the inactive page cache (what the kubelet and `kubectl top` call the
 //!    working set: resident anonymous memory plus active page cache, every container and the
 //!    Pod's pause process included);
 //! 3. the guest's resident memory: the processes of the Pod's cgroups (`cgroup.procs`, host
@@ -28,10 +28,12 @@ use kube::{Api, Client, ResourceExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+use crate::cgroup::{self, MemoryHierarchy};
+
 /// Where `/metrics` is served (plain HTTP).
 pub const METRICS_PORT: u16 = 8080;
-/// The host's memory cgroup hierarchy inside the virt-handler container.
-pub const HOST_CGROUP_MEMORY: &str = "/host/sys/fs/cgroup/memory";
+/// The host's cgroup tree inside the virt-handler container.
+pub const HOST_CGROUP: &str = "/host/sys/fs/cgroup";
 /// A guest RAM mapping may be this much larger than the guest memory (alignment, guard pages).
 pub const GUEST_MAPPING_SLACK: u64 = 8 << 20;
 
@@ -42,9 +44,9 @@ const GUEST_RESIDENT: &str = "ferrovirt_vmi_guest_memory_resident_bytes";
 /// The memory of one launcher Pod.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LauncherMemory {
-    /// `memory.usage_in_bytes` of the Pod's cgroup.
+    /// The memory usage of the Pod's cgroup (v1 `memory.usage_in_bytes`, v2 `memory.current`).
     pub usage: u64,
-    /// usage - `total_inactive_file`.
+    /// usage - inactive page cache.
     pub working_set: u64,
     /// Resident bytes of the guest RAM mappings of the Pod's processes.
     pub guest_resident: u64,
@@ -56,38 +58,23 @@ impl LauncherMemory {
     }
 }
 
-/// Where the host's cgroup tree and `/proc` are.
+/// Where the host's memory cgroups and `/proc` are.
 #[derive(Clone, Debug)]
 pub struct HostPaths {
-    pub cgroup_memory: PathBuf,
+    /// `None` when neither tree has a memory hierarchy: no launcher can be measured.
+    pub memory: Option<MemoryHierarchy>,
     pub proc: PathBuf,
 }
 
 impl HostPaths {
     /// The mounted host tree in the DaemonSet; the own tree when run on the host.
     pub fn detect() -> HostPaths {
-        let mounted = Path::new(HOST_CGROUP_MEMORY);
         HostPaths {
-            cgroup_memory: if mounted.is_dir() {
-                mounted.to_path_buf()
-            } else {
-                PathBuf::from("/sys/fs/cgroup/memory")
-            },
+            memory: MemoryHierarchy::of(Path::new(HOST_CGROUP))
+                .or_else(|| MemoryHierarchy::of(Path::new("/sys/fs/cgroup"))),
             proc: PathBuf::from("/proc"),
         }
     }
-}
-
-/// The working set of a memory cgroup v1 directory: (usage, usage - total_inactive_file).
-pub fn working_set(usage_in_bytes: &str, memory_stat: &str) -> Option<(u64, u64)> {
-    let usage: u64 = usage_in_bytes.trim().parse().ok()?;
-    let inactive_file = memory_stat
-        .lines()
-        .filter_map(|l| l.split_once(' '))
-        .find(|(key, _)| *key == "total_inactive_file")
-        .and_then(|(_, v)| v.trim().parse::<u64>().ok())
-        .unwrap_or(0);
-    Some((usage, usage.saturating_sub(inactive_file)))
 }
 
 /// The resident bytes of the guest RAM mapping in one process's `smaps`: among the anonymous
@@ -133,68 +120,12 @@ fn mapping_header(line: &str) -> Option<((u64, u64), &str)> {
     Some(((start, end), rest))
 }
 
-/// The cgroup directory of Pod `uid` under the memory hierarchy (cgroupfs or systemd naming),
-/// found within six levels (the kubelet's cgroup root may be below the hierarchy's root, as
-/// `ferrovirt/<node>/kubepods/burstable/pod<uid>` on the local cluster).
-pub fn pod_cgroup(cgroup_memory: &Path, uid: &str) -> Option<PathBuf> {
-    let names = [format!("pod{uid}"), format!("pod{}", uid.replace('-', "_"))];
-    let matches = |dir: &Path| {
-        dir.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
-            names
-                .iter()
-                .any(|want| n == want || n.ends_with(&format!("-{want}.slice")))
-        })
-    };
-    let mut level = vec![cgroup_memory.to_path_buf()];
-    for _ in 0..6 {
-        let mut next = Vec::new();
-        for dir in level {
-            let Ok(entries) = std::fs::read_dir(&dir) else {
-                continue;
-            };
-            for entry in entries.flatten() {
-                let path = entry.path();
-                if !path.is_dir() {
-                    continue;
-                }
-                if matches(&path) {
-                    return Some(path);
-                }
-                // Other Pods' directories hold only their containers.
-                if !entry.file_name().to_string_lossy().starts_with("pod") {
-                    next.push(path);
-                }
-            }
-        }
-        level = next;
-    }
-    None
-}
-
-/// The PIDs in a cgroup directory and all below it.
-fn cgroup_pids(dir: &Path) -> Vec<u32> {
-    let mut pids: Vec<u32> = std::fs::read_to_string(dir.join("cgroup.procs"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect();
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for entry in entries.flatten() {
-            if entry.path().is_dir() {
-                pids.extend(cgroup_pids(&entry.path()));
-            }
-        }
-    }
-    pids
-}
-
 /// Measures the launcher Pod `uid` whose guest has `guest_bytes` of RAM.
 pub fn launcher_memory(paths: &HostPaths, uid: &str, guest_bytes: u64) -> Option<LauncherMemory> {
-    let dir = pod_cgroup(&paths.cgroup_memory, uid)?;
-    let usage = std::fs::read_to_string(dir.join("memory.usage_in_bytes")).ok()?;
-    let stat = std::fs::read_to_string(dir.join("memory.stat")).ok()?;
-    let (usage, working_set) = working_set(&usage, &stat)?;
-    let guest = cgroup_pids(&dir)
+    let memory = paths.memory.as_ref()?;
+    let dir = cgroup::pod_cgroup(&memory.root, uid)?;
+    let (usage, working_set) = memory.working_set(&dir)?;
+    let guest = cgroup::pids(&dir)
         .into_iter()
         .map(|pid| {
             let smaps = std::fs::read_to_string(paths.proc.join(pid.to_string()).join("smaps"))
@@ -249,7 +180,7 @@ pub fn encode(node: &str, vmis: &[VmiMemory]) -> String {
         ),
         (
             WORKING_SET,
-            "Working set of the virt-launcher Pod's memory cgroup (usage - total_inactive_file).",
+            "Working set of the virt-launcher Pod's memory cgroup (usage - inactive page cache).",
             |m| m.working_set as i64,
         ),
         (
@@ -333,10 +264,17 @@ pub async fn serve(client: Client, node: String) {
         }
     };
     let paths = HostPaths::detect();
-    log::info!(
-        "metrics on http://{addr}/metrics (cgroups in {})",
-        paths.cgroup_memory.display()
-    );
+    match &paths.memory {
+        Some(memory) => log::info!(
+            "metrics on http://{addr}/metrics (memory cgroups {:?} in {})",
+            memory.version,
+            memory.root.display()
+        ),
+        None => log::warn!(
+            "metrics on http://{addr}/metrics, without launcher memory: no memory cgroup \
+             hierarchy in {HOST_CGROUP} or /sys/fs/cgroup"
+        ),
+    }
     loop {
         let Ok((mut stream, _)) = listener.accept().await else {
             continue;
@@ -376,6 +314,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::cgroup::Version;
 
     const SMAPS: &str = "\
 55d0c0000000-55d0c0200000 r-xp 00000000 08:01 1234 /usr/bin/qemu-system-x86_64
@@ -406,48 +345,73 @@ Rss:                  32 kB
         assert_eq!(guest_resident("", 128 << 20), 0);
     }
 
-    #[test]
-    fn the_working_set_leaves_out_inactive_page_cache() {
-        let stat = "cache 100\nrss 50\ntotal_cache 4096\ntotal_inactive_file 1000\n";
-        assert_eq!(working_set("5000\n", stat), Some((5000, 4000)));
-        assert_eq!(working_set("5000", "total_rss 1"), Some((5000, 5000)));
-        assert_eq!(working_set("garbage", stat), None);
-    }
-
-    #[test]
-    fn pod_cgroups_are_found_under_kubepods() {
-        let root = tempfile::tempdir().unwrap();
-        let uid = "0c2b9f6e-1111-2222-3333-444455556666";
-        let pod = root
-            .path()
+    /// A host's cgroup tree of `version` holding one launcher Pod `uid` with 10 MiB used, 1 MiB
+    /// of it inactive page cache, and one process with [`SMAPS`]; the tree and its `HostPaths`.
+    fn host_with_one_launcher(version: Version, uid: &str) -> (tempfile::TempDir, HostPaths) {
+        let host = tempfile::tempdir().unwrap();
+        let mount = host.path().join("sys/fs/cgroup");
+        let (hierarchy, usage, inactive) = match version {
+            Version::V1 => {
+                std::fs::create_dir_all(mount.join("cpu")).unwrap();
+                let memory = mount.join("memory");
+                (memory, "memory.usage_in_bytes", "total_inactive_file")
+            }
+            Version::V2 => (mount.clone(), "memory.current", "inactive_file"),
+        };
+        let pod = hierarchy
             .join("kubepods/burstable")
             .join(format!("pod{uid}"));
         std::fs::create_dir_all(pod.join("container1")).unwrap();
-        std::fs::create_dir_all(root.path().join("kubepods/besteffort/podother")).unwrap();
-        assert_eq!(pod_cgroup(root.path(), uid), Some(pod.clone()));
-        assert_eq!(pod_cgroup(root.path(), "missing"), None);
-
-        std::fs::write(pod.join("memory.usage_in_bytes"), "10485760\n").unwrap();
-        std::fs::write(pod.join("memory.stat"), "total_inactive_file 1048576\n").unwrap();
+        std::fs::create_dir_all(hierarchy.join("kubepods/besteffort/podother")).unwrap();
+        if version == Version::V2 {
+            std::fs::write(mount.join("cgroup.controllers"), "cpu memory pids\n").unwrap();
+        }
+        std::fs::write(pod.join(usage), "10485760\n").unwrap();
+        std::fs::write(
+            pod.join("memory.stat"),
+            format!("anon 1\n{inactive} 1048576\n"),
+        )
+        .unwrap();
         std::fs::write(pod.join("cgroup.procs"), "").unwrap();
         std::fs::write(pod.join("container1/cgroup.procs"), "4242\n").unwrap();
-        let proc = root.path().join("proc");
+        let proc = host.path().join("proc");
         std::fs::create_dir_all(proc.join("4242")).unwrap();
         std::fs::write(proc.join("4242/smaps"), SMAPS).unwrap();
         let paths = HostPaths {
-            cgroup_memory: root.path().to_path_buf(),
+            memory: MemoryHierarchy::of(&mount),
             proc,
         };
-        let memory = launcher_memory(&paths, uid, 128 << 20).unwrap();
-        assert_eq!(
-            memory,
-            LauncherMemory {
-                usage: 10 << 20,
-                working_set: 9 << 20,
-                guest_resident: 40000 * 1024,
-            }
-        );
-        assert_eq!(memory.overhead(), (9 << 20) - 40000 * 1024);
+        assert_eq!(paths.memory.as_ref().map(|m| m.version), Some(version));
+        (host, paths)
+    }
+
+    #[test]
+    fn a_launcher_is_measured_on_cgroup_v1_and_v2_alike() {
+        let uid = "0c2b9f6e-1111-2222-3333-444455556666";
+        for version in [Version::V1, Version::V2] {
+            let (_host, paths) = host_with_one_launcher(version, uid);
+            let memory = launcher_memory(&paths, uid, 128 << 20).unwrap();
+            assert_eq!(
+                memory,
+                LauncherMemory {
+                    usage: 10 << 20,
+                    working_set: 9 << 20,
+                    guest_resident: 40000 * 1024,
+                },
+                "{version:?}"
+            );
+            assert_eq!(memory.overhead(), (9 << 20) - 40000 * 1024);
+            assert_eq!(launcher_memory(&paths, "missing", 128 << 20), None);
+        }
+    }
+
+    #[test]
+    fn without_a_memory_hierarchy_nothing_is_measured() {
+        let paths = HostPaths {
+            memory: None,
+            proc: PathBuf::from("/proc"),
+        };
+        assert_eq!(launcher_memory(&paths, "any", 128 << 20), None);
     }
 
     #[test]
