@@ -1,13 +1,14 @@
 //! Per-VM memory overhead of virt-launcher, outside the cluster so both backends can be measured
 //! the same way (in the cluster this host's PVM `/dev/kvm` sends every Linux guest to QEMU TCG):
-//! 1. a memory cgroup (v1) of its own, `/sys/fs/cgroup/memory/ferrovirt-bench/<name>`, stands
-//!    for the launcher Pod's; virt-launcher is started inside it, as in the Pod's `compute`
+//! 1. a memory cgroup of its own, `ferrovirt-bench/<name>` in the host's memory hierarchy (v1
+//!    `/sys/fs/cgroup/memory/...` or v2 `/sys/fs/cgroup/...`, as the host has it), stands for
+//!    the launcher Pod's; virt-launcher is started inside it, as in the Pod's `compute`
 //!    container, with the directories the Pod would mount;
 //! 2. it is driven over gRPC as virt-handler drives it: SyncVMI of a 1 vCPU / 128 MiB VMI, on the
 //!    in-process KVM VMM with the `counter` test guest, or on QEMU TCG with the project's guest
 //!    kernel, initramfs and root disk (a containerDisk);
 //! 3. once the guest has printed (counter lines; the ready marker), and a settle time, the cgroup's
-//!    working set (usage - total_inactive_file) and, from the processes' smaps, the guest RAM
+//!    working set (usage - inactive page cache) and, from the processes' smaps, the guest RAM
 //!    resident in them (the same functions virt-handler's metric uses);
 //! 4. overhead = working set - guest resident; the median of `--runs` runs is printed, with the
 //!    largest non-guest mappings of the last run as the profile of where the memory goes.
@@ -27,9 +28,30 @@ use anyhow::{bail, Context as _};
 use contract::proto::v1;
 use ferrovirt_bench::median;
 use guest_images::{Artifacts, READY_MARKER};
-use handler::metrics::{guest_resident, working_set};
+use handler::cgroup::{self, MemoryHierarchy, Version};
+use handler::metrics::guest_resident;
 
-const CGROUP_PARENT: &str = "/sys/fs/cgroup/memory/ferrovirt-bench";
+/// The bench's cgroups, under the host's memory hierarchy.
+const CGROUP_PARENT: &str = "ferrovirt-bench";
+
+/// The host's memory hierarchy and the bench's parent cgroup in it, made once. On cgroup v2 the
+/// memory controller is enabled for the parent's children (and for the parent at the root).
+fn bench_cgroups() -> anyhow::Result<(MemoryHierarchy, PathBuf)> {
+    let memory = MemoryHierarchy::of(Path::new("/sys/fs/cgroup"))
+        .context("no memory cgroup hierarchy in /sys/fs/cgroup (neither v1 nor v2)")?;
+    let parent = memory.root.join(CGROUP_PARENT);
+    std::fs::create_dir_all(&parent)
+        .with_context(|| format!("creating the memory cgroup {}", parent.display()))?;
+    if memory.version == Version::V2 {
+        for dir in [&memory.root, &parent] {
+            let control = dir.join("cgroup.subtree_control");
+            std::fs::write(&control, "+memory").with_context(|| {
+                format!("enabling the memory controller in {}", control.display())
+            })?;
+        }
+    }
+    Ok((memory, parent))
+}
 
 struct Options {
     kvm: bool,
@@ -107,14 +129,6 @@ impl Drop for Launcher {
     }
 }
 
-fn cgroup_pids(dir: &Path) -> Vec<u32> {
-    std::fs::read_to_string(dir.join("cgroup.procs"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
-}
-
 /// Resident bytes by mapping name (path, `[heap]`, `[anon]`...) of one smaps text, leaving out
 /// the guest RAM mapping (the anonymous one of the guest's size).
 fn mappings_by_name(smaps: &str, guest_bytes: u64, into: &mut BTreeMap<String, u64>) {
@@ -171,7 +185,8 @@ async fn run_once(o: &Options, artifacts: &Artifacts, run: usize) -> anyhow::Res
         if o.kvm { "kvm" } else { "qemu" },
         std::process::id()
     );
-    let cgroup = Path::new(CGROUP_PARENT).join(&name);
+    let (memory, parent) = bench_cgroups()?;
+    let cgroup = parent.join(&name);
     std::fs::create_dir_all(&cgroup)
         .with_context(|| format!("creating the memory cgroup {}", cgroup.display()))?;
     let root = PathBuf::from(format!("/tmp/fvb-{name}"));
@@ -317,16 +332,16 @@ async fn run_once(o: &Options, artifacts: &Artifacts, run: usize) -> anyhow::Res
     tokio::time::sleep(o.settle).await;
 
     let guest_bytes = o.memory_mib << 20;
-    let usage = std::fs::read_to_string(cgroup.join("memory.usage_in_bytes"))?;
-    let stat = std::fs::read_to_string(cgroup.join("memory.stat"))?;
-    let (usage, working_set) = working_set(&usage, &stat).context("memory cgroup files")?;
+    let (usage, working_set) = memory
+        .working_set(&cgroup)
+        .with_context(|| format!("the memory files of {}", cgroup.display()))?;
     let mut m = Measure {
         boot,
         usage,
         working_set,
         ..Default::default()
     };
-    for pid in cgroup_pids(&cgroup) {
+    for pid in cgroup::pids(&cgroup) {
         let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
         m.guest += guest_resident(&smaps, guest_bytes);
         mappings_by_name(&smaps, guest_bytes, &mut m.mappings);
