@@ -79,17 +79,32 @@ impl ConsoleSession {
                 .expect("Password: ", Duration::from_secs(60))
                 .map_err(|e| format!("no password prompt after the user name: {e}"))?;
             self.virtctl.send(format!("{password}\r").as_bytes());
-            let (answer, _) = self
-                .virtctl
-                .expect_any(&["$ ", "Login incorrect"], Duration::from_secs(90))
-                .map_err(|e| format!("no shell prompt after logging in as {user}: {e}"))?;
+            let answers = ["$ ", "Login incorrect"];
+            // A guest starved of CPU can take long; a silent console gets Enter, as a user
+            // would give it (a shell prompts again, a lost password is refused and retried).
+            let answer = match self.virtctl.expect_any(&answers, Duration::from_secs(45)) {
+                Ok((answer, _)) => answer,
+                Err(_) => {
+                    println!("console: nothing 45 s after the password of {user}; pressing Enter");
+                    self.virtctl.send(b"\r");
+                    let (answer, _) = self
+                        .virtctl
+                        .expect_any(&answers, Duration::from_secs(90))
+                        .map_err(|e| {
+                            format!(
+                                "no shell prompt after logging in as {user}, nor after Enter: {e}"
+                            )
+                        })?;
+                    answer
+                }
+            };
             if answer == 0 {
                 return Ok(());
             }
             if Instant::now() >= deadline {
                 return Err(format!(
                     "the login as {user} was refused until the deadline; the terminal showed:\n{}",
-                    self.virtctl.output()
+                    self.virtctl.output_tail()
                 ));
             }
             println!("console: the login as {user} was refused; logging in again");
@@ -145,11 +160,11 @@ impl ConsoleSession {
             Some(status) if status.success() => Ok(self.virtctl.output()),
             Some(status) => Err(format!(
                 "virtctl console ended with {status} after Ctrl+]; the terminal showed:\n{}",
-                self.virtctl.output()
+                self.virtctl.output_tail()
             )),
             None => Err(format!(
                 "virtctl console still runs 15 s after Ctrl+]; the terminal showed:\n{}",
-                self.virtctl.output()
+                self.virtctl.output_tail()
             )),
         }
     }

@@ -4,7 +4,8 @@
 //!
 //! A thread copies everything the program prints into a buffer; [`PtyProgram::expect`] waits
 //! for a string to appear after what earlier expectations consumed, and a failure shows the
-//! whole output seen so far.
+//! end of the output seen so far (a boot log's first lines are rarely what went wrong, and a
+//! long message loses its end in CI's excerpt).
 
 use std::ffi::OsStr;
 use std::fs::File;
@@ -15,6 +16,22 @@ use std::time::{Duration, Instant};
 
 use rustix::fs::{Mode, OFlags};
 use rustix::pty::{grantpt, openpt, ptsname, unlockpt, OpenptFlags};
+
+/// How many of the last lines an error shows.
+pub const TAIL_LINES: usize = 60;
+
+/// The last `n` lines of `text`, after a line that says how many were left out before them.
+pub fn tail_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.len() <= n {
+        return text.to_string();
+    }
+    let left_out = lines.len() - n;
+    format!(
+        "[the first {left_out} lines left out]\n{}",
+        lines[left_out..].join("\n")
+    )
+}
 
 /// A program on a pty; killed when dropped.
 pub struct PtyProgram {
@@ -86,9 +103,14 @@ impl PtyProgram {
         String::from_utf8_lossy(&out).into_owned()
     }
 
+    /// The last [`TAIL_LINES`] lines of what the program printed, saying how many came before.
+    pub fn output_tail(&self) -> String {
+        tail_lines(&self.output(), TAIL_LINES)
+    }
+
     /// Waits up to `timeout` for `needle` to appear after what earlier expectations consumed;
     /// on success consumes up to its end and returns the text up to there. The error says
-    /// what was expected and shows the whole output.
+    /// what was expected and shows the end of the output.
     pub fn expect(&mut self, needle: &str, timeout: Duration) -> Result<String, String> {
         let deadline = Instant::now() + timeout;
         loop {
@@ -107,7 +129,7 @@ impl PtyProgram {
             if Instant::now() >= deadline {
                 return Err(format!(
                     "expected {needle:?} within {timeout:?}; the terminal showed:\n{}",
-                    self.output()
+                    self.output_tail()
                 ));
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -144,7 +166,7 @@ impl PtyProgram {
             if Instant::now() >= deadline {
                 return Err(format!(
                     "expected one of {needles:?} within {timeout:?}; the terminal showed:\n{}",
-                    self.output()
+                    self.output_tail()
                 ));
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -238,5 +260,40 @@ mod tests {
         assert_eq!(second, 0);
         let none = program.expect_any(&needles, Duration::from_millis(200));
         assert!(none.expect_err("nothing more").contains("expected one of"));
+    }
+
+    #[test]
+    fn a_failed_expectation_shows_the_last_lines_and_counts_the_rest() {
+        let mut program = PtyProgram::spawn(
+            std::path::Path::new("/bin/sh"),
+            &[
+                "-c",
+                "i=0; while [ $i -lt 100 ]; do echo line-$i; i=$((i+1)); done; sleep 5",
+            ],
+        );
+        program
+            .expect("line-99", Duration::from_secs(10))
+            .expect("the last line");
+        let error = program
+            .expect("never printed", Duration::from_millis(200))
+            .expect_err("not printed");
+        let lines = 100 - TAIL_LINES;
+        assert!(
+            error.contains(&format!(
+                "[the first {lines} lines left out]\nline-{lines}\n"
+            )),
+            "{error}"
+        );
+        assert!(error.trim_end().ends_with("line-99"), "{error}");
+        assert!(!error.contains("line-0\n"), "{error}");
+    }
+
+    #[test]
+    fn a_short_output_is_shown_whole() {
+        assert_eq!(tail_lines("a\nb\n", 2), "a\nb\n");
+        assert_eq!(
+            tail_lines("a\nb\nc", 2),
+            "[the first 1 lines left out]\nb\nc"
+        );
     }
 }
