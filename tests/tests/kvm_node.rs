@@ -8,7 +8,8 @@
 //! tolerating the node's `ferrovirt.io/nested-kvm` taint and nothing else changed: `virtctl
 //! start`, the VMI Running on the KVM node by the launcher Pod's preference alone, its
 //! `SoftwareEmulation` condition False with reason `Kvm`, `virtctl console` (login, a command),
-//! `virtctl pause` / `unpause` (the shell answers again), `virtctl stop`.
+//! virt-handler's launcher memory on this cgroup v2 node within 10% of the launcher Pod's
+//! cgroup files, `virtctl pause` / `unpause` (the shell answers again), `virtctl stop`.
 //!
 //! Everything on the node runs under software emulation, with the guest one level further
 //! down: the times printed are only for comparing runs of this test with each other.
@@ -19,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use api::{VirtualMachine, VirtualMachineInstance, VmiPhase};
 use ferrovirt_tests::console::ConsoleSession;
+use ferrovirt_tests::metrics::check_launcher_memory;
 use ferrovirt_tests::{
     client, getting_started_vm, virtctl, virtctl_binary, wait_for, TestNamespace,
 };
@@ -92,13 +94,18 @@ impl Drop for KvmNode {
     }
 }
 
+const MIB: f64 = (1u64 << 20) as f64;
+
+/// What tolerates the KVM node's taint.
+fn tolerations() -> serde_json::Value {
+    serde_json::json!([{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}])
+}
+
 /// `examples/vm-cirros.yaml` with its own name, `runStrategy: Halted` and a toleration of the
 /// KVM node's taint; no node selector or affinity of its own.
 fn vm_tolerating_the_kvm_node() -> VirtualMachine {
     let mut vm = getting_started_vm(VM);
-    vm["spec"]["template"]["spec"]["tolerations"] = serde_json::json!([
-        {"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
-    ]);
+    vm["spec"]["template"]["spec"]["tolerations"] = tolerations();
     serde_json::from_value(vm).expect("a VirtualMachine")
 }
 
@@ -229,6 +236,39 @@ async fn getting_started_on_a_kvm_node_runs_the_vm_on_ferrovirts_vmm() {
         started.elapsed().as_secs_f64(),
         transcript
     );
+
+    // The node runs cgroup v2 only: virt-handler's launcher memory there, held against the
+    // launcher Pod's cgroup files read on the node.
+    let pod_uid = status
+        .active_pods
+        .as_ref()
+        .and_then(|pods| pods.keys().next().cloned())
+        .expect("a Running VMI names its launcher Pod in status.activePods");
+    let check = check_launcher_memory(&client, ns, NODE, VM, &pod_uid, tolerations(), 0.10).await;
+    println!(
+        "launcher memory on {NODE}: overhead {:.1} MiB, guest resident {:.1} MiB, working set \
+         {:.1}/{:.1} MiB (virt-handler, before/after) against {:.1} MiB in cgroup v{} {} \
+         (usage {} - inactive_file {}): {:.1}% off",
+        check.overhead / MIB,
+        check.guest_resident / MIB,
+        check.handler_working_set[0] / MIB,
+        check.handler_working_set[1] / MIB,
+        check.files.working_set() as f64 / MIB,
+        check.files.version,
+        check.files.path,
+        check.files.usage,
+        check.files.inactive_file,
+        check.deviation() * 100.0
+    );
+    assert_eq!(
+        check.files.version, 2,
+        "the KVM node's kubelet runs on cgroup v2"
+    );
+    assert!(
+        check.deviation() <= 0.10,
+        "virt-handler's working set is more than 10% off the cgroup files: {check:?}"
+    );
+    assert!(check.overhead > 0.0, "{check:?}");
 
     let out = virtctl(ns, &["pause", "vmi", VM]);
     assert_eq!(out.code, Some(0), "virtctl pause: {out:?}");

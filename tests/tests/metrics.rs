@@ -2,51 +2,16 @@
 //! `kubevirt_vmi_phase_transition_time_from_creation_seconds` histogram counts the VMI's Running
 //! transition, and virt-handler's `kubevirt_vmi_launcher_memory_overhead_bytes` reports its
 //! launcher Pod. Both are scraped through the API server's Pod proxy, as Prometheus would reach
-//! them on the Pod network.
+//! them on the Pod network. The handler's working set is held against the launcher Pod's cgroup
+//! files, read on the node (cgroup v1 here; `kvm_node.rs` does it on a cgroup v2 node).
 
 use std::time::Duration;
 
 use api::{VirtualMachineInstance, VmiPhase};
+use ferrovirt_tests::metrics::{check_launcher_memory, component_pod, sample, scrape};
 use ferrovirt_tests::{client, tiny_vmi_spec, wait_for, wait_running, TestNamespace};
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{ListParams, PostParams};
-use kube::{Api, Client, ResourceExt};
-
-const METRICS_PORT: u16 = 8080;
-
-/// The value of the sample whose line starts with `prefix` (name and labels).
-fn sample(page: &str, prefix: &str) -> Option<f64> {
-    page.lines()
-        .find(|l| l.starts_with(prefix))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
-
-async fn scrape(client: &Client, pod: &str) -> Result<String, String> {
-    let path = format!("/api/v1/namespaces/kubevirt/pods/{pod}:{METRICS_PORT}/proxy/metrics");
-    let request = http::Request::get(path)
-        .body(Vec::new())
-        .map_err(|e| e.to_string())?;
-    client
-        .request_text(request)
-        .await
-        .map_err(|e| e.to_string())
-}
-
-/// The Running pod of `component` (on `node` when given).
-async fn component_pod(client: &Client, component: &str, node: Option<&str>) -> String {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "kubevirt");
-    let mut params = ListParams::default().labels(&format!("kubevirt.io={component}"));
-    if let Some(node) = node {
-        params = params.fields(&format!("spec.nodeName={node}"));
-    }
-    let list = pods.list(&params).await.expect("list component pods");
-    list.items
-        .iter()
-        .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-        .map(|p| p.name_any())
-        .unwrap_or_else(|| panic!("no Running {component} Pod (node {node:?})"))
-}
+use kube::api::PostParams;
+use kube::Api;
 
 #[tokio::test]
 async fn scraping_returns_the_vmi_metrics_after_a_vmi_ran() {
@@ -109,30 +74,38 @@ async fn scraping_returns_the_vmi_metrics_after_a_vmi_ran() {
         "kubevirt_vmi_phase_transition_time_from_creation_seconds_bucket{phase=\"Running\",le=\"+Inf\"}"
     ));
 
-    let handler = component_pod(&client, "virt-handler", Some(&node)).await;
-    let labels = format!(
-        "{{namespace=\"{}\",name=\"vmi-metrics\",node=\"{node}\"}}",
-        namespace.name
-    );
-    let (overhead, guest) = wait_for(
-        "virt-handler's launcher memory overhead of the VMI",
-        Duration::from_secs(60),
-        || async {
-            let page = scrape(&client, &handler).await.ok()?;
-            let overhead = sample(
-                &page,
-                &format!("kubevirt_vmi_launcher_memory_overhead_bytes{labels}"),
-            )?;
-            let guest = sample(
-                &page,
-                &format!("ferrovirt_vmi_guest_memory_resident_bytes{labels}"),
-            )?;
-            (guest > 0.0).then_some((overhead, guest))
-        },
+    // The launcher Pod's cgroup files, read on the node by a Pod of the test's own (the netns
+    // nodes share this host's cgroup v1 tree), hold virt-handler's working set to account.
+    let pod_uid = running
+        .status
+        .as_ref()
+        .and_then(|s| s.active_pods.as_ref())
+        .and_then(|pods| pods.keys().next().cloned())
+        .expect("a Running VMI names its launcher Pod in status.activePods");
+    let check = check_launcher_memory(
+        &client,
+        &namespace.name,
+        &node,
+        "vmi-metrics",
+        &pod_uid,
+        serde_json::json!([]),
+        0.10,
     )
     .await;
+    println!(
+        "launcher memory on {node}: {check:?}, deviation {:.3}",
+        check.deviation()
+    );
+    assert_eq!(
+        check.files.version, 1,
+        "the netns nodes are on this host's cgroup v1"
+    );
+    assert!(
+        check.deviation() <= 0.10,
+        "virt-handler's working set is more than 10% off the cgroup files: {check:?}"
+    );
     // The launcher Pod holds at least the launcher and QEMU besides the guest's RAM; the guest
     // has not touched more than its 128 MiB.
-    assert!(overhead > 0.0, "overhead {overhead}");
-    assert!(guest <= (128u64 << 20) as f64, "guest resident {guest}");
+    assert!(check.overhead > 0.0, "{check:?}");
+    assert!(check.guest_resident <= (128u64 << 20) as f64, "{check:?}");
 }
