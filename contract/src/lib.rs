@@ -14,6 +14,8 @@
 //! - [`limits`]: what a VMI may ask for, derived from what the VMM can attach.
 //! - [`base64`]: the one decoder of `userDataBase64`/`networkDataBase64`, used by virt-api's
 //!   validation and by the launcher alike.
+//! - [`podnet`]: the masquerade binding's pod network and its split: what virt-handler sets up
+//!   in the launcher Pod's network namespace, what the launcher does there without privileges.
 //! - [`capability`]: the node's KVM capability probe (the handler labels the node with it, the
 //!   launcher chooses its backend by it).
 //!
@@ -30,6 +32,7 @@ pub mod finalizers;
 pub mod labels;
 pub mod layout;
 pub mod limits;
+pub mod podnet;
 #[cfg(feature = "grpc")]
 pub mod proto;
 pub mod resources;

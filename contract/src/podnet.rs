@@ -1,0 +1,236 @@
+//! The pod network of the masquerade binding, and who sets up which part, as KubeVirt splits it:
+//!
+//! - virt-handler (privileged, on the node) prepares the launcher Pod's network namespace
+//!   before it asks the launcher to run the VM: the tap device [`TAP_DEVICE`] owned by the
+//!   launcher's user (so the launcher and QEMU open it without `CAP_NET_ADMIN`), the gateway
+//!   address on it, IPv4 forwarding, and NAT ([`MasqueradePlan::setup_commands`]);
+//! - virt-launcher (no `CAP_NET_ADMIN`, no sysctl of its Pod) finds the tap there, opens it for
+//!   the VM and answers the guest's DHCP on it.
+//!
+//! A launcher started outside a cluster (its tests, benchmarks) finds no tap and sets up the
+//! same itself, which takes `CAP_NET_ADMIN` in its network namespace.
+
+use std::net::Ipv4Addr;
+
+/// The tap device of the pod interface in the launcher Pod's network namespace.
+pub const TAP_DEVICE: &str = "tap0";
+/// The guest side of masquerade when `vmNetworkCIDR` is not set.
+pub const DEFAULT_CIDR: &str = "10.0.2.0/24";
+/// The sysctl of IPv4 forwarding, per network namespace.
+pub const IP_FORWARD_SYSCTL: &str = "net.ipv4.ip_forward";
+
+/// Why no plan could be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    #[error("vmNetworkCIDR {0:?} is not an IPv4 CIDR with room for a gateway and a guest")]
+    Cidr(String),
+    #[error("the VMI has no masquerade interface on the pod network")]
+    NoInterface,
+}
+
+/// What masquerade sets up for one VM.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MasqueradePlan {
+    pub tap: String,
+    pub gateway: Ipv4Addr,
+    pub guest: Ipv4Addr,
+    pub prefix: u8,
+    pub guest_mac: [u8; 6],
+    /// `(protocol, port)` forwarded to the guest; empty: every port.
+    pub ports: Vec<(String, u16)>,
+    pub hostname: String,
+}
+
+/// Parses `a.b.c.d/n` with room for a network, a gateway, a guest and a broadcast address.
+pub fn parse_cidr(cidr: &str) -> Option<(Ipv4Addr, u8)> {
+    let (addr, prefix) = cidr.split_once('/')?;
+    let addr: Ipv4Addr = addr.parse().ok()?;
+    let prefix: u8 = prefix.parse().ok()?;
+    (prefix <= 30).then_some((addr, prefix))
+}
+
+impl MasqueradePlan {
+    /// The plan for a guest with `guest_mac` behind `tap` on `cidr` (the gateway is the CIDR's
+    /// first address, the guest its second).
+    pub fn new(
+        tap: &str,
+        cidr: &str,
+        guest_mac: [u8; 6],
+        ports: Vec<(String, u16)>,
+        hostname: String,
+    ) -> Result<MasqueradePlan, PlanError> {
+        let (base, prefix) = parse_cidr(cidr).ok_or_else(|| PlanError::Cidr(cidr.to_string()))?;
+        let network = u32::from(base) & mask(prefix);
+        Ok(MasqueradePlan {
+            tap: tap.to_string(),
+            gateway: Ipv4Addr::from(network + 1),
+            guest: Ipv4Addr::from(network + 2),
+            prefix,
+            guest_mac,
+            ports,
+            hostname,
+        })
+    }
+
+    pub fn netmask(&self) -> Ipv4Addr {
+        Ipv4Addr::from(mask(self.prefix))
+    }
+
+    /// The `ip` and `iptables` command lines that make the tap (owned by `tap_owner` when
+    /// given), put the gateway on it and set up NAT, in the order to run them. IPv4 forwarding
+    /// ([`IP_FORWARD_SYSCTL`]) is the caller's.
+    pub fn setup_commands(&self, tap_owner: Option<u32>) -> Vec<Vec<String>> {
+        let tap = self.tap.as_str();
+        let guest = self.guest.to_string();
+        let owner = tap_owner.map(|uid| uid.to_string());
+        let mut add_tap = vec!["ip", "tuntap", "add", "dev", tap, "mode", "tap"];
+        if let Some(owner) = &owner {
+            add_tap.extend(["user", owner.as_str()]);
+        }
+        let gateway = format!("{}/{}", self.gateway, self.prefix);
+        let mut commands: Vec<Vec<String>> = [
+            add_tap,
+            vec!["ip", "addr", "add", &gateway, "dev", tap],
+            vec!["ip", "link", "set", tap, "up"],
+            vec![
+                "iptables",
+                "-t",
+                "nat",
+                "-A",
+                "POSTROUTING",
+                "-s",
+                &guest,
+                "!",
+                "-o",
+                tap,
+                "-j",
+                "MASQUERADE",
+            ],
+        ]
+        .into_iter()
+        .map(|c| c.into_iter().map(String::from).collect())
+        .collect();
+        let dnat = |proto: &str, port: Option<u16>| -> Vec<String> {
+            let mut rule = vec![
+                "iptables",
+                "-t",
+                "nat",
+                "-A",
+                "PREROUTING",
+                "!",
+                "-i",
+                tap,
+                "-p",
+                proto,
+            ]
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>();
+            if let Some(port) = port {
+                rule.extend(["--dport".to_string(), port.to_string()]);
+            }
+            rule.extend(["-j", "DNAT", "--to-destination", &guest].map(String::from));
+            rule
+        };
+        if self.ports.is_empty() {
+            commands.extend(["tcp", "udp"].map(|proto| dnat(proto, None)));
+        } else {
+            commands.extend(
+                self.ports
+                    .iter()
+                    .map(|(proto, port)| dnat(proto, Some(*port))),
+            );
+        }
+        commands
+    }
+}
+
+fn mask(prefix: u8) -> u32 {
+    u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0)
+}
+
+/// Whether `/proc/net/dev` text (of some network namespace) lists interface `name`.
+pub fn lists_interface(proc_net_dev: &str, name: &str) -> bool {
+    proc_net_dev
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .any(|(interface, _)| interface.trim() == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(cidr: &str, ports: Vec<(String, u16)>) -> Result<MasqueradePlan, PlanError> {
+        MasqueradePlan::new("tap0", cidr, [2, 0, 0, 0, 0, 9], ports, "vm1".into())
+    }
+
+    #[test]
+    fn addresses_come_from_the_cidr() {
+        let cases = [
+            ("10.0.2.0/24", "10.0.2.1", "10.0.2.2", "255.255.255.0"),
+            (
+                "192.168.7.9/24",
+                "192.168.7.1",
+                "192.168.7.2",
+                "255.255.255.0",
+            ),
+            (
+                "172.16.0.64/26",
+                "172.16.0.65",
+                "172.16.0.66",
+                "255.255.255.192",
+            ),
+            ("10.9.0.4/30", "10.9.0.5", "10.9.0.6", "255.255.255.252"),
+        ];
+        for (cidr, gateway, guest, netmask) in cases {
+            let plan = plan(cidr, vec![]).unwrap();
+            assert_eq!(plan.gateway.to_string(), gateway, "{cidr}");
+            assert_eq!(plan.guest.to_string(), guest, "{cidr}");
+            assert_eq!(plan.netmask().to_string(), netmask, "{cidr}");
+        }
+        for bad in ["10.0.2.0/31", "10.0.2.0", "fd00::/64", "10.0.2.0/x", ""] {
+            assert_eq!(plan(bad, vec![]), Err(PlanError::Cidr(bad.into())), "{bad}");
+        }
+    }
+
+    #[test]
+    fn commands_make_an_owned_tap_and_nat_every_port_or_the_listed_ones() {
+        let every = plan(DEFAULT_CIDR, vec![])
+            .unwrap()
+            .setup_commands(Some(107));
+        let lines: Vec<String> = every.iter().map(|c| c.join(" ")).collect();
+        assert_eq!(
+            lines,
+            [
+                "ip tuntap add dev tap0 mode tap user 107",
+                "ip addr add 10.0.2.1/24 dev tap0",
+                "ip link set tap0 up",
+                "iptables -t nat -A POSTROUTING -s 10.0.2.2 ! -o tap0 -j MASQUERADE",
+                "iptables -t nat -A PREROUTING ! -i tap0 -p tcp -j DNAT --to-destination 10.0.2.2",
+                "iptables -t nat -A PREROUTING ! -i tap0 -p udp -j DNAT --to-destination 10.0.2.2",
+            ]
+        );
+        let listed = plan(DEFAULT_CIDR, vec![("tcp".into(), 80), ("udp".into(), 53)])
+            .unwrap()
+            .setup_commands(None);
+        let lines: Vec<String> = listed.iter().map(|c| c.join(" ")).collect();
+        assert_eq!(lines[0], "ip tuntap add dev tap0 mode tap");
+        assert_eq!(
+            lines[4..],
+            [
+                "iptables -t nat -A PREROUTING ! -i tap0 -p tcp --dport 80 -j DNAT --to-destination 10.0.2.2",
+                "iptables -t nat -A PREROUTING ! -i tap0 -p udp --dport 53 -j DNAT --to-destination 10.0.2.2",
+            ]
+        );
+    }
+
+    #[test]
+    fn interfaces_are_found_in_proc_net_dev() {
+        let dev = "Inter-|   Receive |  Transmit\n face |bytes packets\n    lo: 0 0 0\n  eth0: 1 2 3\n  tap0: 0 0\n";
+        assert!(lists_interface(dev, "tap0"));
+        assert!(lists_interface(dev, "eth0"));
+        assert!(!lists_interface(dev, "tap1"));
+        assert!(!lists_interface(dev, "face"));
+    }
+}
