@@ -3,7 +3,9 @@
 //! `--pod-network`, and a "client" namespace joined to it by a veth pair, standing for the rest
 //! of the cluster. The guest must get its address from the launcher's DHCP responder, reach the
 //! client through the NAT (ping), and serve a TCP port that the client reaches at the Pod's
-//! address (DNAT).
+//! address (DNAT). Twice: with the namespace prepared as virt-handler prepares a launcher Pod's
+//! (`contract::podnet`: the tap owned by the launcher's user, forwarding, NAT), the launcher
+//! started without `CAP_NET_ADMIN` (as in its Pod); and alone, making it all itself.
 
 mod common;
 
@@ -36,11 +38,15 @@ struct Namespaces {
 }
 
 impl Namespaces {
-    fn new() -> Namespaces {
+    fn new(preparer: Preparer) -> Namespaces {
         let id = std::process::id() % 100_000;
+        let tag = match preparer {
+            Preparer::Handler => "h",
+            Preparer::Launcher => "l",
+        };
         let ns = Namespaces {
-            pod: format!("fvl-pod-{id}"),
-            client: format!("fvl-cli-{id}"),
+            pod: format!("fvl-pod{tag}-{id}"),
+            client: format!("fvl-cli{tag}-{id}"),
         };
         for name in [&ns.pod, &ns.client] {
             let _ = Command::new("ip")
@@ -50,7 +56,7 @@ impl Namespaces {
             ip(&["netns", "add", name]);
             ip(&["-n", name, "link", "set", "lo", "up"]);
         }
-        let (a, b) = (format!("fvp{id}"), format!("fvc{id}"));
+        let (a, b) = (format!("fvp{tag}{id}"), format!("fvc{tag}{id}"));
         ip(&[
             "link", "add", &a, "netns", &ns.pod, "type", "veth", "peer", "name", &b, "netns",
             &ns.client,
@@ -89,22 +95,60 @@ impl Drop for Namespaces {
     }
 }
 
+/// Who makes the tap, forwarding and NAT in the Pod's namespace.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Preparer {
+    /// The test, with `contract::podnet`'s commands, as virt-handler does; the launcher runs
+    /// without `CAP_NET_ADMIN`.
+    Handler,
+    /// The launcher itself (outside a cluster).
+    Launcher,
+}
+
+/// Makes the tap (owned by root, the launcher's user here), forwarding and NAT for `vmi` in
+/// network namespace `netns`, as virt-handler does in a launcher Pod's.
+fn prepare_as_the_handler(netns: &str, vmi: &serde_json::Value) {
+    let mut vmi: api::VirtualMachineInstance = serde_json::from_value(vmi.clone()).expect("a VMI");
+    // The pod interface with masquerade, as virt-api's defaults give it.
+    api::defaults::default_vmi(&mut vmi);
+    let plan = api::masquerade::plan(&vmi, contract::podnet::TAP_DEVICE).expect("a plan");
+    let forwarding = format!("{}=1", contract::podnet::IP_FORWARD_SYSCTL);
+    let mut commands = vec![vec!["sysctl".to_string(), "-w".into(), forwarding]];
+    commands.extend(plan.setup_commands(Some(0)));
+    for command in commands {
+        let output = Command::new("ip")
+            .args(["netns", "exec", netns])
+            .args(&command)
+            .output()
+            .expect("run ip netns exec");
+        assert!(
+            output.status.success(),
+            "{}: {}",
+            command.join(" "),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn masquerade_dhcp_nat_and_port_forwarding() {
+async fn masquerade_prepared_as_virt_handler_does_runs_without_cap_net_admin() {
+    masquerade_dhcp_nat_and_port_forwarding(Preparer::Handler).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn masquerade_made_by_the_launcher_alone() {
+    masquerade_dhcp_nat_and_port_forwarding(Preparer::Launcher).await;
+}
+
+async fn masquerade_dhcp_nat_and_port_forwarding(preparer: Preparer) {
     require_qemu();
     let artifacts = artifacts();
-    let dirs = TestDirs::new("net");
+    let dirs = TestDirs::new(match preparer {
+        Preparer::Handler => "net-prepared",
+        Preparer::Launcher => "net",
+    });
     dirs.container_disk("containerdisk", &artifacts.rootdisk());
-    let namespaces = Namespaces::new();
-    let mut process = LauncherProcess::start_in(
-        Some(&namespaces.pod),
-        &dirs,
-        &artifacts.vmlinux(),
-        Some(&artifacts.initramfs()),
-        &["--pod-network"],
-        &[],
-    );
-    let mut client = client(&dirs).await;
+    let namespaces = Namespaces::new(preparer);
 
     let user_data = format!(
         "#!/bin/sh\n\
@@ -133,6 +177,27 @@ async fn masquerade_dhcp_nat_and_port_forwarding() {
             ]
         }
     });
+    // In its Pod the launcher has no CAP_NET_ADMIN: its bounding set loses it before it runs.
+    let wrapper: &[&str] = match preparer {
+        Preparer::Handler => {
+            prepare_as_the_handler(&namespaces.pod, &vmi);
+            &["setpriv", "--bounding-set", "-net_admin", "--"]
+        }
+        Preparer::Launcher => &[],
+    };
+    let mut process = LauncherProcess::start_wrapped(
+        Some(&namespaces.pod),
+        wrapper,
+        &dirs,
+        &artifacts.vmlinux(),
+        Some(&artifacts.initramfs()),
+        &["--pod-network"],
+        &[],
+    );
+    if preparer == Preparer::Handler {
+        process.assert_capabilities_without(vmm::capabilities::CAP_NET_ADMIN);
+    }
+    let mut client = client(&dirs).await;
     let console = ConsoleReader::connect(&dirs);
     if let Err(status) = client
         .sync_vmi(v1::SyncVmiRequest {
@@ -189,8 +254,19 @@ async fn masquerade_dhcp_nat_and_port_forwarding() {
         console.text()
     );
     // With the guest's DHCP lease, NAT and port forwarding served, the launcher holds only
-    // what the tap takes.
-    process.assert_confined(vmm::capabilities::mask(vmm::capabilities::CAP_NET_ADMIN));
+    // what the tap takes, and nothing when it never had it.
+    let keep = match preparer {
+        Preparer::Handler => {
+            let log = process.log_text();
+            assert!(
+                log.contains("was prepared by virt-handler"),
+                "the launcher made its own network:\n{log}"
+            );
+            0
+        }
+        Preparer::Launcher => vmm::capabilities::mask(vmm::capabilities::CAP_NET_ADMIN),
+    };
+    process.assert_confined(keep);
     client.kill(v1::VmiRequest::default()).await.expect("Kill");
     assert!(process.alive());
 }

@@ -1,9 +1,10 @@
 //! Network: the interface on the pod network with the masquerade binding becomes one
-//! virtio-net device on the Pod's tap device (the launcher NATs it; see its `network` module).
+//! virtio-net device on the Pod's tap device (virt-handler makes the tap and its NAT, see `contract::podnet`).
 //! Ferrovirt has one pod interface per VM; its MAC is the interface's `macAddress` or a stable
 //! locally administered address derived from the VMI and interface names.
 
 use api::domain::parse_mac_address;
+use api::masquerade::{derived_mac, format_mac};
 use api::VirtualMachineInstance;
 use vmm::config::NetConfig;
 
@@ -76,32 +77,6 @@ pub fn net(
     Ok(out)
 }
 
-fn format_mac(bytes: [u8; 6]) -> String {
-    bytes
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
-}
-
-/// A locally administered unicast MAC (`02:...`) from an FNV-1a hash of namespace, VMI name and
-/// interface name: stable across restarts of the same VMI.
-pub fn derived_mac(vmi: &VirtualMachineInstance, interface: &str) -> String {
-    let key = format!(
-        "{}/{}/{}",
-        vmi.metadata.namespace.as_deref().unwrap_or(""),
-        vmi.metadata.name.as_deref().unwrap_or(""),
-        interface
-    );
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in key.bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    let h = hash.to_be_bytes();
-    format_mac([0x02, h[0], h[1], h[2], h[3], h[4]])
-}
-
 #[cfg(test)]
 mod tests {
     use api::domain::{Interface, InterfaceMasquerade};
@@ -147,14 +122,6 @@ mod tests {
         assert!(derived[0].mac.starts_with("02:"));
         assert!(parse_mac_address(&derived[0].mac).is_some());
         assert!(net(&vmi(vec![], true), &facts).unwrap().is_empty());
-    }
-
-    #[test]
-    fn derived_macs_differ_per_vmi() {
-        let a = VirtualMachineInstance::new("a", Default::default());
-        let b = VirtualMachineInstance::new("b", Default::default());
-        assert_ne!(derived_mac(&a, "default"), derived_mac(&b, "default"));
-        assert_eq!(derived_mac(&a, "default"), derived_mac(&a, "default"));
     }
 
     #[test]

@@ -162,16 +162,30 @@ impl LauncherProcess {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> LauncherProcess {
+        Self::start_wrapped(netns, &[], dirs, kernel, initramfs, extra, env)
+    }
+
+    /// [`Self::start_in`] with `wrapper` (a program and its arguments that execute the rest in
+    /// place, as `setpriv`) before the launcher.
+    pub fn start_wrapped(
+        netns: Option<&str>,
+        wrapper: &[&str],
+        dirs: &TestDirs,
+        kernel: &Path,
+        initramfs: Option<&Path>,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> LauncherProcess {
         let log = dirs.root.join("launcher.log");
         let log_file = std::fs::File::create(&log).expect("create launcher log");
-        let mut command = match netns {
-            Some(netns) => {
-                let mut command = Command::new("ip");
-                command.args(["netns", "exec", netns, LAUNCHER]);
-                command
-            }
-            None => Command::new(LAUNCHER),
-        };
+        let mut line: Vec<&str> = Vec::new();
+        if let Some(netns) = netns {
+            line.extend(["ip", "netns", "exec", netns]);
+        }
+        line.extend(wrapper);
+        line.push(LAUNCHER);
+        let mut command = Command::new(line[0]);
+        command.args(&line[1..]);
         command
             .arg("--socket-dir")
             .arg(dirs.sockets())
@@ -223,6 +237,24 @@ impl LauncherProcess {
     /// gain none ([`vmm::capabilities::ThreadCapabilities::holds_at_most`]), as it should once
     /// its VM runs, and runs under a seccomp filter (the process-wide one,
     /// [`vmm::seccomp::deny_in_process`], at least); returns how many threads it read.
+    /// Asserts that the launcher process holds capability `cap` in none of its sets, the
+    /// bounding set included (as in a Pod that does not add it).
+    pub fn assert_capabilities_without(&self, cap: u32) {
+        let pid = self.child.id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_else(|e| panic!("the launcher's status: {e}\n{}", self.log_text()));
+        let caps = vmm::capabilities::ThreadCapabilities::parse(&status)
+            .unwrap_or_else(|| panic!("no capability lines in /proc/{pid}/status"));
+        let bit = vmm::capabilities::mask(cap);
+        let held =
+            caps.effective | caps.permitted | caps.inheritable | caps.ambient | caps.bounding;
+        assert_eq!(
+            held & bit,
+            0,
+            "the launcher holds capability {cap}: {caps:?}"
+        );
+    }
+
     pub fn assert_confined(&self, keep: u64) -> usize {
         let pid = self.child.id();
         let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the launcher's threads");
