@@ -312,6 +312,9 @@ async fn prepare_target(
         .await
         .map_err(Some)?;
     if existing.domain.is_none() {
+        crate::podnet::prepare_blocking(vmi, &socket)
+            .await
+            .map_err(|e| Some(format!("the target's pod network: {}", chain(&e))))?;
         let request = SyncVmiRequest {
             vmi_json: serde_json::to_vec(vmi.as_ref()).map_err(|e| Some(e.to_string()))?,
             options: Some(SyncOptions {

@@ -57,6 +57,8 @@ pub enum SyncError {
     Timeout(Duration),
     #[error("the launcher speaks {0:?}, none of which this handler knows")]
     Version(Vec<String>),
+    #[error("preparing the pod network")]
+    PodNetwork(#[from] crate::podnet::PodNetError),
     #[error("serving the notify socket")]
     Notify(#[source] std::io::Error),
 }
@@ -134,6 +136,7 @@ pub async fn reconcile(
     let vmis: Api<VirtualMachineInstance> = Api::namespaced(ctx.client.clone(), &namespace);
     let mut domain = call(client.get_domain(GetDomainRequest {})).await?.domain;
     if domain.is_none() {
+        crate::podnet::prepare_blocking(&vmi, &socket).await?;
         let request = SyncVmiRequest {
             vmi_json: serde_json::to_vec(vmi.as_ref())
                 .map_err(|e| tonic::Status::internal(e.to_string()))?,

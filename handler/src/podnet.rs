@@ -1,0 +1,191 @@
+//! virt-handler's part of the pod network ([`contract::podnet`]): before it asks a launcher to
+//! run a VMI with a masquerade interface, it makes the tap device, the gateway address, IPv4
+//! forwarding and NAT in the launcher Pod's network namespace, so that the launcher Pod needs
+//! neither `CAP_NET_ADMIN` nor the unsafe sysctl `net.ipv4.ip_forward`.
+//!
+//! The launcher is found by its socket: `SO_PEERCRED` of a connection to it gives its PID on
+//! the host (virt-handler runs with `hostPID`) and its user, who owns the tap. The commands run
+//! through `nsenter` (busybox's, in virt-handler's image): `ip` and `iptables` are the launcher
+//! image's, in the launcher's mount and network namespaces; forwarding is the sysctl of the
+//! launcher's network namespace, written through virt-handler's own `/proc` (a Pod's is
+//! read-only).
+
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use api::VirtualMachineInstance;
+use contract::podnet::{self, MasqueradePlan, PlanError, IP_FORWARD_SYSCTL, TAP_DEVICE};
+use kube::ResourceExt;
+
+/// Why the launcher's pod network could not be prepared.
+#[derive(Debug, thiserror::Error)]
+pub enum PodNetError {
+    #[error("cannot find the launcher's process through {0}")]
+    Peer(PathBuf, #[source] std::io::Error),
+    #[error("cannot run nsenter (busybox in virt-handler's image)")]
+    Spawn(#[source] std::io::Error),
+    #[error("`{command}` in the launcher's network namespace failed: {stderr}")]
+    Command { command: String, stderr: String },
+}
+
+/// The launcher process serving `socket`: (host PID, user ID).
+pub fn launcher_process(socket: &Path) -> Result<(u32, u32), PodNetError> {
+    let stream =
+        UnixStream::connect(socket).map_err(|e| PodNetError::Peer(socket.to_path_buf(), e))?;
+    let cred = rustix::net::sockopt::socket_peercred(&stream)
+        .map_err(|e| PodNetError::Peer(socket.to_path_buf(), e.into()))?;
+    Ok((cred.pid.as_raw_nonzero().get() as u32, cred.uid.as_raw()))
+}
+
+/// The `nsenter` command line that runs `command` in process `pid`'s network namespace, and in
+/// its mount namespace too when `mount` (to use the launcher image's programs).
+pub fn in_namespaces(pid: u32, mount: bool, command: &[String]) -> Vec<String> {
+    let mut line = vec![
+        "nsenter".to_string(),
+        "-t".into(),
+        pid.to_string(),
+        "-n".into(),
+    ];
+    if mount {
+        line.push("-m".into());
+    }
+    line.push("--".into());
+    line.extend(command.iter().cloned());
+    line
+}
+
+/// Every command that prepares `plan` in the namespaces of launcher `pid` run by `uid`.
+pub fn prepare_commands(plan: &MasqueradePlan, pid: u32, uid: u32) -> Vec<Vec<String>> {
+    let forwarding = vec![
+        "sysctl".to_string(),
+        "-w".into(),
+        format!("{IP_FORWARD_SYSCTL}=1"),
+    ];
+    std::iter::once(in_namespaces(pid, false, &forwarding))
+        .chain(
+            plan.setup_commands(Some(uid))
+                .iter()
+                .map(|c| in_namespaces(pid, true, c)),
+        )
+        .collect()
+}
+
+/// What [`prepare`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Prepared {
+    /// The VMI has no masquerade interface on the pod network (or a plan the launcher refuses
+    /// with the reason): nothing to do.
+    NotNeeded,
+    /// The tap was there already (an earlier pass, or a launcher that made its own).
+    Already,
+    /// Made now.
+    Done,
+}
+
+/// Prepares the pod network of `vmi` in the namespaces of the launcher serving `socket`, once:
+/// a launcher whose network namespace has the tap is left alone. A failed command removes the
+/// tap again, so that the next pass starts over.
+pub fn prepare(vmi: &VirtualMachineInstance, socket: &Path) -> Result<Prepared, PodNetError> {
+    let plan = match api::masquerade::plan(vmi, TAP_DEVICE) {
+        Ok(plan) => plan,
+        Err(PlanError::NoInterface | PlanError::Cidr(_)) => return Ok(Prepared::NotNeeded),
+    };
+    let (pid, uid) = launcher_process(socket)?;
+    let dev = std::fs::read_to_string(format!("/proc/{pid}/net/dev"))
+        .map_err(|e| PodNetError::Peer(socket.to_path_buf(), e))?;
+    if podnet::lists_interface(&dev, &plan.tap) {
+        return Ok(Prepared::Already);
+    }
+    for command in prepare_commands(&plan, pid, uid) {
+        if let Err(e) = run(&command) {
+            let remove = ["ip", "link", "del", &plan.tap].map(String::from);
+            let _ = run(&in_namespaces(pid, true, &remove));
+            return Err(e);
+        }
+    }
+    Ok(Prepared::Done)
+}
+
+/// [`prepare`] on a blocking thread, logging what it did.
+pub async fn prepare_blocking(
+    vmi: &VirtualMachineInstance,
+    socket: &Path,
+) -> Result<Prepared, PodNetError> {
+    let (owned, path, name) = (vmi.clone(), socket.to_path_buf(), vmi.name_any());
+    let prepared = tokio::task::spawn_blocking(move || prepare(&owned, &path))
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
+    if prepared == Prepared::Done {
+        log::info!("{name}: made {TAP_DEVICE}, its address, forwarding and NAT in the launcher's network namespace");
+    }
+    Ok(prepared)
+}
+
+fn run(command: &[String]) -> Result<(), PodNetError> {
+    let (program, args) = command.split_first().expect("a command line");
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .map_err(PodNetError::Spawn)?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(PodNetError::Command {
+            command: command.join(" "),
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forwarding_uses_the_handlers_proc_and_the_rest_the_launchers_programs() {
+        let plan = MasqueradePlan::new(
+            TAP_DEVICE,
+            podnet::DEFAULT_CIDR,
+            [2, 0, 0, 0, 0, 1],
+            vec![],
+            "vm".into(),
+        )
+        .unwrap();
+        let lines: Vec<String> = prepare_commands(&plan, 4242, 107)
+            .iter()
+            .map(|c| c.join(" "))
+            .collect();
+        assert_eq!(
+            lines[0],
+            "nsenter -t 4242 -n -- sysctl -w net.ipv4.ip_forward=1"
+        );
+        assert_eq!(
+            lines[1],
+            "nsenter -t 4242 -n -m -- ip tuntap add dev tap0 mode tap user 107"
+        );
+        assert_eq!(lines.len(), 1 + plan.setup_commands(None).len());
+        assert!(lines[1..]
+            .iter()
+            .all(|l| l.starts_with("nsenter -t 4242 -n -m -- ")));
+    }
+
+    #[test]
+    fn the_launchers_process_is_the_sockets_server() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("launcher.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let (pid, uid) = launcher_process(&socket).unwrap();
+        assert_eq!(pid, std::process::id());
+        assert_eq!(uid, rustix::process::getuid().as_raw());
+        let missing = launcher_process(&dir.path().join("none.sock")).unwrap_err();
+        assert!(missing.to_string().contains("none.sock"), "{missing}");
+    }
+
+    #[test]
+    fn a_vmi_without_masquerade_needs_nothing() {
+        let vmi = VirtualMachineInstance::new("v", Default::default());
+        let prepared = prepare(&vmi, Path::new("/nonexistent/launcher.sock")).unwrap();
+        assert_eq!(prepared, Prepared::NotNeeded);
+    }
+}
