@@ -25,9 +25,8 @@ use contract::layout::{
 use contract::{annotations, labels, resources};
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, Container, EmptyDirVolumeSource, HostPathVolumeSource, NodeAffinity,
-    NodeSelectorRequirement, NodeSelectorTerm, PersistentVolumeClaimVolumeSource, Pod,
-    PodSecurityContext, PodSpec, PreferredSchedulingTerm, ResourceRequirements, SecurityContext,
-    Sysctl, Volume, VolumeMount,
+    NodeSelectorRequirement, NodeSelectorTerm, PersistentVolumeClaimVolumeSource, Pod, PodSpec,
+    PreferredSchedulingTerm, ResourceRequirements, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -241,10 +240,13 @@ pub fn render_launcher_pod(
         }),
         security_context: Some(SecurityContext {
             capabilities: Some(Capabilities {
-                // The tap device, the bridge and NAT of the masquerade binding are set up in the
-                // Pod's own network namespace.
-                add: Some(vec!["NET_ADMIN".into(), "NET_RAW".into()]),
-                drop: None,
+                // virt-handler makes the tap (owned by the launcher's user), the gateway
+                // address, forwarding and NAT in this Pod's network namespace
+                // (contract::podnet): the launcher needs no CAP_NET_ADMIN, and no raw socket
+                // (its DHCP responder is a UDP socket on port 67: CAP_NET_BIND_SERVICE, which
+                // every container has).
+                add: None,
+                drop: Some(vec!["NET_RAW".into()]),
             }),
             ..SecurityContext::default()
         }),
@@ -282,15 +284,6 @@ pub fn render_launcher_pod(
             priority_class_name: vmi.spec.priority_class_name.clone(),
             hostname: Some(host_name),
             subdomain: vmi.spec.subdomain.clone(),
-            // The masquerade binding forwards between the tap and eth0 in the Pod's own network
-            // namespace (the kubelet must allow this sysctl: allowedUnsafeSysctls).
-            security_context: Some(PodSecurityContext {
-                sysctls: Some(vec![Sysctl {
-                    name: "net.ipv4.ip_forward".into(),
-                    value: "1".into(),
-                }]),
-                ..PodSecurityContext::default()
-            }),
             automount_service_account_token: Some(false),
             enable_service_links: Some(false),
             ..PodSpec::default()

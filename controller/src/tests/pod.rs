@@ -452,3 +452,42 @@ fn a_long_vmi_name_gives_a_pod_with_a_valid_hostname_and_name_label() {
         "guest"
     );
 }
+
+#[test]
+fn the_launcher_pod_needs_no_unsafe_sysctl_and_no_added_capability() {
+    let pod = render(&vmi(), &ClusterConfig::default());
+    let spec = pod.spec.as_ref().unwrap();
+    let sysctls = spec
+        .security_context
+        .as_ref()
+        .and_then(|s| s.sysctls.as_ref());
+    assert_eq!(sysctls, None, "virt-handler turns forwarding on in the Pod");
+    for container in spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+    {
+        let capabilities = container
+            .security_context
+            .as_ref()
+            .and_then(|s| s.capabilities.as_ref());
+        let added = capabilities.and_then(|c| c.add.clone()).unwrap_or_default();
+        assert!(added.is_empty(), "{} adds {added:?}", container.name);
+        assert_ne!(
+            container
+                .security_context
+                .as_ref()
+                .and_then(|s| s.privileged),
+            Some(true),
+            "{}",
+            container.name
+        );
+    }
+    let dropped = compute(&pod)
+        .security_context
+        .as_ref()
+        .and_then(|s| s.capabilities.as_ref())
+        .and_then(|c| c.drop.clone())
+        .unwrap_or_default();
+    assert_eq!(dropped, ["NET_RAW"]);
+}
