@@ -26,7 +26,8 @@ new_component_rootfs() {
     chmod 1777 "$root/tmp"
     cp /bin/busybox "$root/bin/busybox"
     local applet
-    for applet in sh ls cat ps mkdir rm sleep nc; do ln -sf busybox "$root/bin/$applet"; done
+    # nsenter and sysctl: virt-handler prepares launcher Pods' networks with them.
+    for applet in sh ls cat ps mkdir rm sleep nc nsenter sysctl; do ln -sf busybox "$root/bin/$applet"; done
     echo 'root:x:0:0:root:/root:/bin/sh' >"$root/etc/passwd"
     echo 'qemu:x:107:107:qemu:/:/bin/false' >>"$root/etc/passwd"
     printf 'root:x:0:\nqemu:x:107:\n' >"$root/etc/group"

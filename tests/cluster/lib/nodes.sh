@@ -181,9 +181,6 @@ tlsPrivateKeyFile: $PKI/kubelet-$name-serving.key
 containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
 cgroupDriver: cgroupfs
 failCgroupV1: false
-# Launcher Pods turn on IPv4 forwarding in their own network namespace (masquerade NAT).
-allowedUnsafeSysctls:
-- net.ipv4.ip_forward
 cgroupRoot: /$CG_ROOT/$name
 cgroupsPerQOS: true
 failSwapOn: false
