@@ -224,6 +224,37 @@ where
     }
 }
 
+/// Runs `pod` (with `restartPolicy: Never`) in `namespace` to its end and returns its log; an
+/// error when it failed (with the log) or did not end within five minutes. The Pod is deleted.
+pub async fn run_pod(client: &Client, namespace: &str, pod: Pod) -> Result<String, String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let name = pod.name_any();
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .map_err(|e| format!("creating Pod {name}: {e}"))?;
+    let phase = wait_for(
+        &format!("Pod {name} to finish"),
+        Duration::from_secs(300),
+        || async {
+            let pod = pods.get_opt(&name).await.ok()??;
+            let phase = pod.status?.phase?;
+            matches!(phase.as_str(), "Succeeded" | "Failed").then_some(phase)
+        },
+    )
+    .await;
+    let logs = pods
+        .logs(&name, &kube::api::LogParams::default())
+        .await
+        .map_err(|e| format!("the logs of Pod {name}: {e}"));
+    let _ = pods.delete(&name, &DeleteParams::default()).await;
+    let logs = logs?;
+    if phase == "Succeeded" {
+        Ok(logs)
+    } else {
+        Err(format!("Pod {name} {phase}:\n{logs}"))
+    }
+}
+
 /// Waits until VMI `name` is Running and returns it; fails at once if it fails.
 pub async fn wait_running(
     vmis: &Api<api::VirtualMachineInstance>,

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, ListParams, LogParams, PostParams};
+use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 
 use crate::wait_for;
@@ -125,7 +125,6 @@ pub async fn pod_cgroup_memory(
     pod_uid: &str,
     tolerations: serde_json::Value,
 ) -> Result<PodCgroupMemory, String> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let pod: Pod = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name},
@@ -143,28 +142,7 @@ pub async fn pod_cgroup_memory(
         }
     }))
     .map_err(|e| e.to_string())?;
-    pods.create(&PostParams::default(), &pod)
-        .await
-        .map_err(|e| format!("creating Pod {name}: {e}"))?;
-    let phase = wait_for(
-        &format!("Pod {name} on {node} to finish"),
-        Duration::from_secs(300),
-        || async {
-            let pod = pods.get_opt(name).await.ok()??;
-            let phase = pod.status?.phase?;
-            matches!(phase.as_str(), "Succeeded" | "Failed").then_some(phase)
-        },
-    )
-    .await;
-    let logs = pods
-        .logs(name, &LogParams::default())
-        .await
-        .map_err(|e| format!("the logs of Pod {name}: {e}"));
-    let _ = pods.delete(name, &DeleteParams::default()).await;
-    let logs = logs?;
-    if phase != "Succeeded" {
-        return Err(format!("Pod {name} {phase}:\n{logs}"));
-    }
+    let logs = crate::run_pod(client, namespace, pod).await?;
     PodCgroupMemory::parse(&logs)
 }
 
