@@ -170,6 +170,43 @@ impl LauncherMemoryCheck {
     }
 }
 
+const MIB: f64 = (1u64 << 20) as f64;
+
+impl LauncherMemoryCheck {
+    /// One line for a test's output: the figures in MiB and the deviation.
+    pub fn summary(&self) -> String {
+        format!(
+            "overhead {:.1} MiB, guest resident {:.1} MiB, working set {:.1}/{:.1} MiB \
+             (virt-handler, before/after) against {:.1} MiB in cgroup v{} {} (usage {} - \
+             inactive file {}): {:.1}% off, round {}",
+            self.overhead / MIB,
+            self.guest_resident / MIB,
+            self.handler_working_set[0] / MIB,
+            self.handler_working_set[1] / MIB,
+            self.files.working_set() as f64 / MIB,
+            self.files.version,
+            self.files.path,
+            self.files.usage,
+            self.files.inactive_file,
+            self.deviation() * 100.0,
+            self.rounds
+        )
+    }
+
+    /// Asserts that the node's cgroups are `version` (`why` says why it must be), that
+    /// virt-handler's working set is within `tolerance` of the files', and that the launcher
+    /// costs something beyond the guest.
+    pub fn assert_holds(&self, version: u8, why: &str, tolerance: f64) {
+        assert_eq!(self.files.version, version, "{why}");
+        assert!(
+            self.deviation() <= tolerance,
+            "virt-handler's working set is more than {:.0}% off the cgroup files: {self:?}",
+            tolerance * 100.0
+        );
+        assert!(self.overhead > 0.0, "{self:?}");
+    }
+}
+
 /// One scrape of virt-handler's three launcher gauges for `labels`: (overhead, working set,
 /// guest resident), once the guest's RAM shows.
 async fn launcher_gauges(client: &Client, handler: &str, labels: &str) -> (f64, f64, f64) {

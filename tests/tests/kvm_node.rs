@@ -94,8 +94,6 @@ impl Drop for KvmNode {
     }
 }
 
-const MIB: f64 = (1u64 << 20) as f64;
-
 /// What tolerates the KVM node's taint.
 fn tolerations() -> serde_json::Value {
     serde_json::json!([{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}])
@@ -245,30 +243,8 @@ async fn getting_started_on_a_kvm_node_runs_the_vm_on_ferrovirts_vmm() {
         .and_then(|pods| pods.keys().next().cloned())
         .expect("a Running VMI names its launcher Pod in status.activePods");
     let check = check_launcher_memory(&client, ns, NODE, VM, &pod_uid, tolerations(), 0.10).await;
-    println!(
-        "launcher memory on {NODE}: overhead {:.1} MiB, guest resident {:.1} MiB, working set \
-         {:.1}/{:.1} MiB (virt-handler, before/after) against {:.1} MiB in cgroup v{} {} \
-         (usage {} - inactive_file {}): {:.1}% off",
-        check.overhead / MIB,
-        check.guest_resident / MIB,
-        check.handler_working_set[0] / MIB,
-        check.handler_working_set[1] / MIB,
-        check.files.working_set() as f64 / MIB,
-        check.files.version,
-        check.files.path,
-        check.files.usage,
-        check.files.inactive_file,
-        check.deviation() * 100.0
-    );
-    assert_eq!(
-        check.files.version, 2,
-        "the KVM node's kubelet runs on cgroup v2"
-    );
-    assert!(
-        check.deviation() <= 0.10,
-        "virt-handler's working set is more than 10% off the cgroup files: {check:?}"
-    );
-    assert!(check.overhead > 0.0, "{check:?}");
+    println!("launcher memory on {NODE}: {}", check.summary());
+    check.assert_holds(2, "the KVM node's kubelet runs on cgroup v2", 0.10);
 
     let out = virtctl(ns, &["pause", "vmi", VM]);
     assert_eq!(out.code, Some(0), "virtctl pause: {out:?}");
