@@ -28,10 +28,8 @@
 # Usage: hack/test.sh            (as root)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-((EUID == 0)) || {
-  echo "hack/test.sh runs as root (it starts a local cluster and VMs)" >&2
-  exit 1
-}
+# Root, apt, Rust and Go, each missing piece named with what to do.
+hack/preflight.sh || exit 1
 
 started=$(date +%s)
 summary=()

@@ -24,6 +24,9 @@ for fd in /proc/$$/fd/*; do
 done
 log() { printf '\n== %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
 
+log "preflight"
+hack/preflight.sh
+
 log "packages and guest images"
 hack/install-deps.sh
 guest-images/build.sh
