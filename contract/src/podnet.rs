@@ -28,6 +28,52 @@ pub enum PlanError {
     NoInterface,
 }
 
+/// Why a setup command did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    #[error("cannot run {program}")]
+    Spawn {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("`{command}` failed: {stderr}")]
+    Failed { command: String, stderr: String },
+}
+
+impl CommandError {
+    /// Whether the program itself is missing (the host's fault, not the command's).
+    pub fn is_spawn(&self) -> bool {
+        matches!(self, CommandError::Spawn { .. })
+    }
+}
+
+/// Runs one command line of [`MasqueradePlan::setup_commands`] (or a wrapper of it) and waits;
+/// a failure carries what the program wrote to stderr.
+pub fn run_command(command: &[String]) -> Result<(), CommandError> {
+    let Some((program, args)) = command.split_first() else {
+        return Err(CommandError::Failed {
+            command: String::new(),
+            stderr: "empty command".into(),
+        });
+    };
+    let output = std::process::Command::new(program)
+        .args(args)
+        .output()
+        .map_err(|source| CommandError::Spawn {
+            program: program.clone(),
+            source,
+        })?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(CommandError::Failed {
+            command: command.join(" "),
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+        })
+    }
+}
+
 /// What masquerade sets up for one VM.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MasqueradePlan {
@@ -223,6 +269,21 @@ mod tests {
                 "iptables -t nat -A PREROUTING ! -i tap0 -p udp --dport 53 -j DNAT --to-destination 10.0.2.2",
             ]
         );
+    }
+
+    #[test]
+    fn commands_succeed_or_say_why() {
+        let line = |words: &[&str]| words.iter().map(|w| w.to_string()).collect::<Vec<_>>();
+        run_command(&line(&["true"])).unwrap();
+        let failed = run_command(&line(&["sh", "-c", "echo nope >&2; exit 3"])).unwrap_err();
+        assert!(!failed.is_spawn());
+        assert_eq!(
+            failed.to_string(),
+            "`sh -c echo nope >&2; exit 3` failed: nope"
+        );
+        let missing = run_command(&line(&["/nonexistent/ip", "link"])).unwrap_err();
+        assert!(missing.is_spawn(), "{missing}");
+        assert!(run_command(&[]).is_err());
     }
 
     #[test]

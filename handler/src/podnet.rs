@@ -12,10 +12,11 @@
 
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use api::VirtualMachineInstance;
-use contract::podnet::{self, MasqueradePlan, PlanError, IP_FORWARD_SYSCTL, TAP_DEVICE};
+use contract::podnet::{
+    self, CommandError, MasqueradePlan, PlanError, IP_FORWARD_SYSCTL, TAP_DEVICE,
+};
 use kube::ResourceExt;
 
 /// Why the launcher's pod network could not be prepared.
@@ -23,10 +24,8 @@ use kube::ResourceExt;
 pub enum PodNetError {
     #[error("cannot find the launcher's process through {0}")]
     Peer(PathBuf, #[source] std::io::Error),
-    #[error("cannot run nsenter (busybox in virt-handler's image)")]
-    Spawn(#[source] std::io::Error),
-    #[error("`{command}` in the launcher's network namespace failed: {stderr}")]
-    Command { command: String, stderr: String },
+    #[error("in the launcher's namespaces (nsenter: busybox in virt-handler's image)")]
+    Command(#[from] CommandError),
 }
 
 /// The launcher process serving `socket`: (host PID, user ID).
@@ -98,10 +97,10 @@ pub fn prepare(vmi: &VirtualMachineInstance, socket: &Path) -> Result<Prepared, 
         return Ok(Prepared::Already);
     }
     for command in prepare_commands(&plan, pid, uid) {
-        if let Err(e) = run(&command) {
+        if let Err(e) = podnet::run_command(&command) {
             let remove = ["ip", "link", "del", &plan.tap].map(String::from);
-            let _ = run(&in_namespaces(pid, true, &remove));
-            return Err(e);
+            let _ = podnet::run_command(&in_namespaces(pid, true, &remove));
+            return Err(e.into());
         }
     }
     Ok(Prepared::Done)
@@ -120,22 +119,6 @@ pub async fn prepare_blocking(
         log::info!("{name}: made {TAP_DEVICE}, its address, forwarding and NAT in the launcher's network namespace");
     }
     Ok(prepared)
-}
-
-fn run(command: &[String]) -> Result<(), PodNetError> {
-    let (program, args) = command.split_first().expect("a command line");
-    let output = Command::new(program)
-        .args(args)
-        .output()
-        .map_err(PodNetError::Spawn)?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(PodNetError::Command {
-            command: command.join(" "),
-            stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
-        })
-    }
 }
 
 #[cfg(test)]

@@ -31,6 +31,8 @@ pub const RELEASE_DIR: &str = "/var/lib/ferrovirt-cluster/release";
 /// Where the cluster keeps each node's state (`<node>/holder.ready` has the pid whose mount
 /// namespace is the node's).
 pub const NODES_DIR: &str = "/var/lib/ferrovirt-cluster/nodes";
+/// The local cluster's busybox image (tests/cluster's bring-up pushes it), for Pods of the tests.
+pub const BUSYBOX_IMAGE: &str = "docker.io/library/busybox:latest";
 /// The ready marker of the project's tiny guest (guest-images/README.md).
 pub const GUEST_READY_MARKER: &str = "FERROVIRT-GUEST-READY";
 

@@ -134,7 +134,7 @@ pub async fn pod_cgroup_memory(
             "tolerations": tolerations,
             "containers": [{
                 "name": "read",
-                "image": "docker.io/library/busybox:latest",
+                "image": crate::BUSYBOX_IMAGE,
                 "command": ["sh", "-c", cgroup_reader_script(pod_uid)],
                 "volumeMounts": [{"name": "cgroup", "mountPath": "/host", "readOnly": true}],
             }],

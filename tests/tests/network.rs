@@ -11,14 +11,13 @@ use std::time::{Duration, Instant};
 use api::VirtualMachineInstance;
 use ferrovirt_tests::{
     client, launcher_pids, read_console, run_pod, tiny_vmi_spec, wait_for, wait_running,
-    TestNamespace,
+    TestNamespace, BUSYBOX_IMAGE,
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
 
 const PORT: u16 = 8080;
-const BUSYBOX: &str = "docker.io/library/busybox:latest";
 /// What the tiny guest's init prints when its DHCP client got the lease.
 const LEASE_LINE: &str = "eth0 dhcp 10.0.2.2/24 via 10.0.2.1";
 /// Linux's `CAP_NET_ADMIN`.
@@ -49,7 +48,7 @@ fn busybox_pod(name: &str, script: &str, restart: &str) -> Pod {
         "spec": {
             "restartPolicy": restart,
             "terminationGracePeriodSeconds": 0,
-            "containers": [{"name": name, "image": BUSYBOX, "command": ["sh", "-c", script]}],
+            "containers": [{"name": name, "image": BUSYBOX_IMAGE, "command": ["sh", "-c", script]}],
         }
     }))
     .expect("a Pod")

@@ -16,20 +16,16 @@
 
 pub mod dhcp;
 
-use std::process::Command;
-
 use api::VirtualMachineInstance;
-use contract::podnet::{self, MasqueradePlan, PlanError};
+use contract::podnet::{self, CommandError, MasqueradePlan, PlanError};
 
 /// Why the pod network could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum NetworkError {
     #[error(transparent)]
     Plan(#[from] PlanError),
-    #[error("cannot run {0} (Debian packages iproute2 and iptables)")]
-    Spawn(String, #[source] std::io::Error),
-    #[error("`{command}` failed: {stderr}")]
-    Command { command: String, stderr: String },
+    #[error("setting up the tap and NAT (ip, iptables: Debian packages iproute2 and iptables)")]
+    Command(#[source] CommandError),
     #[error("cannot enable IPv4 forwarding")]
     Forwarding(#[source] std::io::Error),
     #[error("DHCP responder")]
@@ -39,18 +35,17 @@ pub enum NetworkError {
 impl NetworkError {
     /// Whether the error is the host's (missing tools) or the VMI's rather than the launcher's.
     pub fn is_precondition(&self) -> bool {
-        matches!(
-            self,
-            NetworkError::Spawn(..) | NetworkError::Plan(PlanError::Cidr(_))
-        )
+        match self {
+            NetworkError::Plan(PlanError::Cidr(_)) => true,
+            NetworkError::Command(e) => e.is_spawn(),
+            _ => false,
+        }
     }
 }
 
 /// The pod network of the running VM; its DHCP responder stops when dropped.
 pub struct PodNetwork {
     pub plan: MasqueradePlan,
-    /// Whether the tap and NAT were there already (virt-handler's), not the launcher's own.
-    pub prepared_by_handler: bool,
     _dhcp: dhcp::DhcpServer,
 }
 
@@ -73,14 +68,13 @@ fn has_interface(name: &str) -> bool {
 /// Sets up the VMI's pod network behind `tap` (see the module's text) and starts answering DHCP.
 pub fn setup(vmi: &VirtualMachineInstance, tap: &str) -> Result<PodNetwork, NetworkError> {
     let plan = api::masquerade::plan(vmi, tap)?;
-    let prepared_by_handler = has_interface(tap);
-    if prepared_by_handler {
+    if has_interface(tap) {
         log::info!("pod network: {tap} was prepared by virt-handler; answering DHCP on it");
     } else {
         log::info!("pod network: no {tap} yet; making it, its address and NAT");
         enable_forwarding()?;
         for command in plan.setup_commands(None) {
-            run(&command)?;
+            podnet::run_command(&command).map_err(NetworkError::Command)?;
         }
     }
     let dns =
@@ -97,27 +91,6 @@ pub fn setup(vmi: &VirtualMachineInstance, tap: &str) -> Result<PodNetwork, Netw
     .map_err(NetworkError::Dhcp)?;
     Ok(PodNetwork {
         plan,
-        prepared_by_handler,
         _dhcp: server,
     })
-}
-
-fn run(command: &[String]) -> Result<(), NetworkError> {
-    let text = command.join(" ");
-    let (program, args) = command.split_first().ok_or_else(|| NetworkError::Command {
-        command: text.clone(),
-        stderr: "empty command".into(),
-    })?;
-    let output = Command::new(program)
-        .args(args)
-        .output()
-        .map_err(|e| NetworkError::Spawn(program.clone(), e))?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(NetworkError::Command {
-            command: text,
-            stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
-        })
-    }
 }
