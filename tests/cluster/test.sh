@@ -178,8 +178,21 @@ test_service_from_pod() {
     local client=$1 ip
     ensure_web_service || return 1
     ip=$(k -n "$NS" get service web -o jsonpath='{.spec.clusterIP}') || return 1
-    poll 60 http_get_in_pod "$client" "$ip" 80 ||
-        { echo "GET http://$ip/ (Service web) from $client failed"; return 1; }
+    poll 60 http_get_in_pod "$client" "$ip" 80 && return 0
+    echo "GET http://$ip/ (Service web) from $client failed"
+    service_diagnosis
+    return 1
+}
+
+# What a failed Service check needs to be understood: where the Pods are, what the
+# EndpointSlice says, whether the control node's kube-proxy is in sync and programmed it.
+service_diagnosis() {
+    k -n "$NS" get pods -o wide
+    k -n "$NS" get endpointslices -l kubernetes.io/service-name=web -o wide
+    echo "kube-proxy on the control node: $(curl -sS -m 3 http://127.0.0.1:10256/livez 2>&1)"
+    echo "the host's nat rules for $NS/web:"
+    iptables-save -t nat 2>&1 | grep -F "$NS/web"
+    echo "bridge-nf-call-iptables: $(cat /proc/sys/net/bridge/bridge-nf-call-iptables 2>&1)"
 }
 
 # An image with the cluster's kubectl (a static Go binary) on busybox: kubectl

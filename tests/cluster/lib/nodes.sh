@@ -69,7 +69,7 @@ register_node() {
     local name=$1 index=$2 own=$3 kvm=${4:-0} dir
     dir=$(node_dir "$name")
     mkdir -p "$dir"
-    cat >"$dir/node.env" <<EOF
+    write_file "$dir/node.env" <<EOF
 NODE_INDEX=$index
 NODE_IP=$NODE_NET.$((index + 1))
 NODE_OWN_NETNS=$own
@@ -83,7 +83,7 @@ write_node_config() {
     load_node "$name"
     mkdir -p "$dir/etc-containerd/certs.d" "$dir/cni" "$dir/kubelet" "$dir/containerd" "$dir/log/pods" "$dir/log/containers"
 
-    cat >"$dir/etc-containerd/config.toml" <<EOF
+    write_file "$dir/etc-containerd/config.toml" <<EOF
 # Written by tests/cluster/lib/nodes.sh for node $name.
 version = 2
 root = "/var/lib/containerd"
@@ -118,7 +118,7 @@ EOF
     local reg
     for reg in "${MIRRORED_REGISTRIES[@]}"; do
         mkdir -p "$dir/etc-containerd/certs.d/$reg"
-        cat >"$dir/etc-containerd/certs.d/$reg/hosts.toml" <<EOF
+        write_file "$dir/etc-containerd/certs.d/$reg/hosts.toml" <<EOF
 server = "http://$REGISTRY_ADDRESS"
 
 [host."http://$REGISTRY_ADDRESS"]
@@ -127,7 +127,7 @@ EOF
     done
 
     local subnet=$POD_CIDR_PREFIX.$NODE_INDEX
-    cat >"$dir/cni/10-ferrovirt.conflist" <<EOF
+    write_file "$dir/cni/10-ferrovirt.conflist" <<EOF
 {
   "cniVersion": "0.4.0",
   "name": "ferrovirt",
@@ -155,11 +155,11 @@ EOF
 EOF
     # No CoreDNS: nothing here needs names. Pods get a resolver address on
     # their own loopback, so no lookup ever leaves the machine.
-    cat >"$dir/resolv.conf" <<EOF
+    write_file "$dir/resolv.conf" <<EOF
 nameserver 127.0.0.1
 options ndots:1
 EOF
-    cat >"$dir/kubelet-config.yaml" <<EOF
+    write_file "$dir/kubelet-config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: $NODE_IP
@@ -205,7 +205,7 @@ syncFrequency: 10s
 fileCheckFrequency: 10s
 shutdownGracePeriod: 0s
 EOF
-    cat >"$dir/kube-proxy.yaml" <<EOF
+    write_file "$dir/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection:
@@ -294,6 +294,25 @@ start_node() {
     start_kubelet "$name"
     start_daemon "$name-kube-proxy" "$name/system" "${enter[@]}" -- "$KUBE_BIN/kube-proxy" \
         --config "$dir/kube-proxy.yaml"
+    # A kube-proxy that stopped syncing leaves Services half-programmed on its node (as seen
+    # once after an hour of tests): one whose rules are not in sync is restarted.
+    if ! wait_for "kube-proxy on $name in sync" 60 kube_proxy_live "$name"; then
+        log "kube-proxy on $name: not in sync after 60s, restarting it"
+        stop_daemon "$name-kube-proxy"
+        start_daemon "$name-kube-proxy" "$name/system" "${enter[@]}" -- "$KUBE_BIN/kube-proxy" \
+            --config "$dir/kube-proxy.yaml"
+        wait_for "kube-proxy on $name in sync" 60 kube_proxy_live "$name" ||
+            die "kube-proxy on $name does not sync its rules (log: $LOGS/$name-kube-proxy.log)"
+    fi
+}
+
+# kube_proxy_live NAME: node NAME's kube-proxy runs and says its rules are in sync.
+kube_proxy_live() {
+    local name=$1 enter=()
+    daemon_running "$name-kube-proxy" || return 1
+    load_node "$name"
+    ((NODE_OWN_NETNS)) && enter=(nsenter -t "$(holder_pid "$name")" -n)
+    "${enter[@]}" curl -fsS -m 3 http://127.0.0.1:10256/livez | grep -q '"healthy":true'
 }
 
 # containerd_cri_started LOG OFFSET: containerd's log, from byte OFFSET on, says
