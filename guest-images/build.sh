@@ -21,7 +21,7 @@ export SOURCE_DATE_EPOCH=0
 packages=(
     linux-source-6.1 build-essential bc bison flex libelf-dev libssl-dev lz4 kmod cpio xz-utils
     busybox-static e2fsprogs dosfstools mtools genisoimage fdisk qemu-utils
-    qemu-system-x86 qemu-system-data linux-image-cloud-amd64
+    qemu-system-x86 qemu-system-data
 )
 
 log() { echo "guest-images: $*"; }
@@ -42,12 +42,6 @@ ensure_packages() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${packages[@]}"
 }
 
-# The release of Debian's stock cloud kernel that linux-image-cloud-amd64 points at.
-stock_kernel_release() {
-    dpkg-query -W -f='${Depends}\n' linux-image-cloud-amd64 |
-        grep -oE 'linux-image-[0-9][^ ,]*-cloud-amd64' | head -n 1 | sed 's/^linux-image-//'
-}
-
 # Hash of files (path and content), so renames count too.
 hash_files() {
     (cd "$here" && find "$@" -type f -not -path '*/target/*' -print0 | LC_ALL=C sort -z |
@@ -55,13 +49,14 @@ hash_files() {
 }
 
 ensure_packages
-stock_release=$(stock_kernel_release)
-[ -n "$stock_release" ] || {
-    echo "guest-images: cannot tell the stock kernel release from linux-image-cloud-amd64" >&2
-    exit 1
-}
-package_versions=$(dpkg-query -W -f='${Package}=${Version}\n' "${packages[@]}" \
-    "linux-image-$stock_release" gcc libc6-dev | LC_ALL=C sort)
+# Debian's stock cloud kernel (the package linux-image-cloud-amd64 points at), extracted from
+# its package into a cache, never installed on this host.
+read -r stock_package stock_version stock_release < <("$here/../hack/debian-kernel.sh" --which)
+[ -n "$stock_release" ] || exit 1
+package_versions=$( (
+    dpkg-query -W -f='${Package}=${Version}\n' "${packages[@]}" gcc libc6-dev
+    echo "$stock_package=$stock_version"
+) | LC_ALL=C sort)
 
 kernel_key=$( (
     hash_files kernel
@@ -104,7 +99,8 @@ out=$set_dir.tmp
 cp "$kernel_dir/vmlinux" "$kernel_dir/bzImage" "$out/"
 cp "$kernel_dir/config" "$out/kernel.config"
 cp "$kernel_dir/kernelrelease" "$out/kernelrelease"
-"$here/tiny/build-tiny.sh" "$out" "$stock_release"
+stock_tree=$("$here/../hack/debian-kernel.sh" | tail -n 1)
+"$here/tiny/build-tiny.sh" "$out" "$stock_release" "$stock_tree"
 
 staging=$(mktemp -d)
 trap 'rm -rf "$staging"' EXIT

@@ -30,6 +30,7 @@
 # The command runs as root in /, with PATH=/usr/sbin:/usr/bin:/sbin:/bin; the kernel's own
 # messages (warnings and worse) are mixed into its output.
 set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
 cache=${FERROVIRT_KVM_HOST_CACHE:-/var/cache/ferrovirt/kvm-host}
 EXIT_MARKER=FERROVIRT-L1-EXIT=
 CMD_MARKER=FERROVIRT-L1-CMD-START
@@ -68,25 +69,12 @@ need_packages() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 }
 
-# The versioned package that linux-image-cloud-amd64 depends on, e.g. linux-image-6.1.0-57-cloud-amd64.
-kernel_package() {
-  local pkg
-  pkg=$(apt-cache depends linux-image-cloud-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
-  if [[ -z $pkg ]]; then
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-    pkg=$(apt-cache depends linux-image-cloud-amd64 | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
-  fi
-  [[ -n $pkg ]] || die "cannot tell which kernel linux-image-cloud-amd64 depends on (apt-cache depends)"
-  echo "$pkg"
-}
-
 # Modules the L1 loads, in this order after their dependencies.
 L1_MODULES=(irqbypass kvm kvm-amd tun bridge veth virtio_net virtio_blk virtio_mmio)
 
 build_l1() {
-  local pkg version key dir
-  pkg=$(kernel_package)
-  version=$(apt-cache policy "$pkg" | awk '/Candidate:/ {print $2}')
+  local pkg version release key dir
+  read -r pkg version release < <("$here/debian-kernel.sh" --which) || die "no Debian kernel package"
   key=$(
     {
       echo "$pkg $version"
@@ -111,16 +99,11 @@ build_l1() {
   fi
   echo "kvm-host: building the L1 ($pkg $version) into $dir" >&2
   rm -rf "$dir" "$dir.tmp"
-  mkdir -p "$dir.tmp/deb" "$dir.tmp/root"
-  (cd "$dir.tmp/deb" && apt-get download -q -o APT::Sandbox::User=root "$pkg" >&2)
-  dpkg-deb -x "$dir.tmp/deb"/*.deb "$dir.tmp/kernel"
-  local release
-  release=${pkg#linux-image-}
-  cp "$dir.tmp/kernel/boot/vmlinuz-$release" "$dir.tmp/vmlinuz"
-  local mods=$dir.tmp/kernel/lib/modules/$release root=$dir.tmp/root
-  # The package ships no modules.dep (its postinst runs depmod): make one in the extracted tree.
-  depmod -b "$dir.tmp/kernel" "$release" || die "depmod for $pkg failed"
-  [[ -f $mods/modules.dep ]] || die "depmod wrote no modules.dep for $pkg"
+  mkdir -p "$dir.tmp/root"
+  local kernel
+  kernel=$("$here/debian-kernel.sh" | tail -n 1) || die "could not extract $pkg"
+  cp "$kernel/boot/vmlinuz-$release" "$dir.tmp/vmlinuz"
+  local mods=$kernel/lib/modules/$release root=$dir.tmp/root
 
   mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,proc,sys,dev,tmp,run,etc,payload,lib/modules/l1}
   cp /bin/busybox "$root/bin/busybox"
@@ -156,7 +139,7 @@ build_l1() {
   echo "root:x:0:" >"$root/etc/group"
   (cd "$root" && find . | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0) >"$dir.tmp/base.cpio"
   echo "$pkg $version" >"$dir.tmp/kernel-package"
-  rm -rf "$dir.tmp/deb" "$dir.tmp/kernel" "$dir.tmp/root"
+  rm -rf "$dir.tmp/root"
   touch "$dir.tmp/ready"
   mv "$dir.tmp" "$dir"
   echo "$dir"

@@ -1,7 +1,9 @@
 #!/bin/bash
 # Builds the Ferrovirt tiny guest ("our cirros") from busybox-static:
 #
-#   build-tiny.sh OUT_DIR STOCK_KERNEL_RELEASE
+#   build-tiny.sh OUT_DIR STOCK_KERNEL_RELEASE STOCK_KERNEL_TREE
+#
+# STOCK_KERNEL_TREE is that kernel's package extracted (hack/debian-kernel.sh).
 #
 # OUT_DIR receives:
 #   initramfs.cpio.gz        the tiny system as an initramfs, for our kernel (no modules)
@@ -13,6 +15,7 @@ set -euo pipefail
 
 out_dir=$1
 stock_release=$2
+stock_tree=$3 # the stock kernel's package, extracted (hack/debian-kernel.sh)
 here=$(cd "$(dirname "$0")" && pwd)
 epoch=${SOURCE_DATE_EPOCH:-0}
 # e2fsprogs reads E2FSPROGS_FAKE_TIME as "now" (0 means unset, hence at least 1).
@@ -97,9 +100,9 @@ cp "$here/init" "$tree/init"
 pack_cpio "$tree" "$out_dir/initramfs.cpio.gz"
 
 echo "tiny: initramfs for Debian's stock kernel $stock_release"
-modules_dir=/lib/modules/$stock_release
-[ -d "$modules_dir" ] || {
-    echo "tiny: $modules_dir is missing (package linux-image-$stock_release)" >&2
+modules_dir=$stock_tree/lib/modules/$stock_release
+[ -f "$modules_dir/modules.dep" ] || {
+    echo "tiny: $modules_dir/modules.dep is missing (hack/debian-kernel.sh extracts the package)" >&2
     exit 1
 }
 stock_modules="virtio_mmio virtio_pci virtio_blk virtio_net virtio_console virtio_rng
@@ -109,7 +112,7 @@ mkdir -p "$tree/lib/modules/$stock_release"
 : >"$tree/lib/modules/$stock_release/ferrovirt-load-order"
 for module in $stock_modules; do
     # Dependencies first, in the order modprobe would load them; built-in ones are skipped.
-    modprobe -S "$stock_release" --show-depends "$module" | awk '$1 == "insmod" { print $2 }'
+    modprobe -d "$stock_tree" -S "$stock_release" --show-depends "$module" | awk '$1 == "insmod" { print $2 }'
 done | awk '!seen[$0]++' | while read -r path; do
     relative=${path#"$modules_dir/"}
     mkdir -p "$tree/lib/modules/$stock_release/$(dirname "$relative")"
@@ -117,6 +120,6 @@ done | awk '!seen[$0]++' | while read -r path; do
     echo "$relative" >>"$tree/lib/modules/$stock_release/ferrovirt-load-order"
 done
 pack_cpio "$tree" "$out_dir/stock/initramfs.cpio.gz"
-cp "/boot/vmlinuz-$stock_release" "$out_dir/stock/vmlinuz"
+cp "$stock_tree/boot/vmlinuz-$stock_release" "$out_dir/stock/vmlinuz"
 echo "$stock_release" >"$out_dir/stock/kernelrelease"
 cp "$tree/lib/modules/$stock_release/ferrovirt-load-order" "$out_dir/stock/modules.txt"
