@@ -14,7 +14,12 @@
 # image (/usr/bin/build-marker in the small ones, /usr/share/ferrovirt/build-marker in the
 # launcher) and into the hash, so the tag differs too (the operator's upgrade test builds a
 # second version this way).
-# Usage: hack/images.sh                 (the cluster must be up)
+# Usage: hack/images.sh                      (the local cluster must be up)
+#        hack/images.sh --registry PREFIX    pushes PREFIX/<component>:<tag> instead, to any
+#                                            registry (credentials: ~/.docker/config.json, as
+#                                            `crane auth login` writes them); no cluster needed.
+#                                            ferrovirt-release --image-prefix PREFIX --tag TAG
+#                                            writes the manifests that install them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CACHE=/var/cache/ferrovirt
@@ -24,6 +29,19 @@ GUEST=$CACHE/guest-images/current
 
 log() { printf '[%s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
+
+PREFIX=registry:5000/ferrovirt
+while (($#)); do
+  case $1 in
+    --registry)
+      (($# >= 2)) && [[ -n $2 ]] || die "--registry needs a value, e.g. quay.io/yourorg/ferrovirt"
+      PREFIX=${2%/}
+      export FERROVIRT_IMAGE_PUSH=named
+      shift 2
+      ;;
+    *) die "unknown argument $1 (usage: hack/images.sh [--registry PREFIX])" ;;
+  esac
+done
 
 [[ -d $GUEST ]] || die "no guest images in $GUEST: run guest-images/build.sh"
 
@@ -48,7 +66,7 @@ fi
 
 # A small image: one binary at /usr/bin/NAME with the libraries it loads (and the marker).
 small_image() {
-  "$CLUSTER" build-binary-image "registry:5000/ferrovirt/$1:$TAG" "$TARGET/$1" "${marker_files[@]}" >&2
+  "$CLUSTER" build-binary-image "$PREFIX/$1:$TAG" "$TARGET/$1" "${marker_files[@]}" >&2
 }
 
 # ovmf: the UEFI firmware of firmware.bootloader.efi (SeaBIOS comes with qemu-system-x86).
@@ -88,7 +106,7 @@ launcher_image() {
   if [[ -e $GUEST/initramfs.cpio.gz ]]; then
     cp -L "$GUEST/initramfs.cpio.gz" "$root/usr/share/ferrovirt/initramfs.cpio.gz"
   fi
-  "$CLUSTER" build-image "$root" "registry:5000/ferrovirt/virt-launcher:$TAG" /usr/bin/virt-launcher >&2
+  "$CLUSTER" build-image "$root" "$PREFIX/virt-launcher:$TAG" /usr/bin/virt-launcher >&2
   rm -rf "$root"
 }
 
@@ -99,5 +117,5 @@ for name in virt-operator virt-controller virt-handler virt-api; do
 done
 launcher_image
 
-log "images pushed with tag $TAG"
+log "images pushed as $PREFIX/<component>:$TAG"
 echo "$TAG"

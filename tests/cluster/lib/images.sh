@@ -11,11 +11,21 @@
 
 PUSH_REGISTRY=127.0.0.1:$REGISTRY_PORT
 
-crane_() { "$TOOLS_BIN/crane" --insecure "$@"; }
+# FERROVIRT_IMAGE_PUSH=named: build-image, build-binary-image and push-image push to the
+# registry REF names, with the credentials of ~/.docker/config.json and verified TLS (plain
+# HTTP only for localhost and 127.0.0.1): what hack/images.sh --registry uses for someone
+# else's cluster. Otherwise every REF goes to the local registry.
+push_named() { [[ ${FERROVIRT_IMAGE_PUSH:-} == named ]]; }
 
-# local_ref REF: the reference of REF's image in the local registry.
+crane_() {
+    if push_named; then "$TOOLS_BIN/crane" "$@"; else "$TOOLS_BIN/crane" --insecure "$@"; fi
+}
+
+# local_ref REF: the reference of REF's image in the local registry (REF itself with
+# FERROVIRT_IMAGE_PUSH=named).
 local_ref() {
     local ref=$1 first rest
+    push_named && { echo "$ref"; return; }
     first=${ref%%/*}
     if [[ $ref == */* && ($first == *.* || $first == *:* || $first == localhost || $first == registry) ]]; then
         rest=${ref#*/}
