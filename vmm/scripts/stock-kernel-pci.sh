@@ -24,8 +24,11 @@ cache=${FERROVIRT_GUEST_IMAGES_CACHE:-/var/cache/ferrovirt/guest-images}/current
 [[ -x $kvm_host ]] || { echo "stock-kernel-pci: $kvm_host is missing (the nested-KVM harness)" >&2; exit 1; }
 [[ -e $cache/vmlinuz ]] || { echo "stock-kernel-pci: $cache/vmlinuz is missing: run guest-images/build.sh" >&2; exit 1; }
 release=$(cat "$cache/kernelrelease")
-modules=/lib/modules/$release
-[[ -d $modules ]] || { echo "stock-kernel-pci: $modules is missing (package linux-image-$release)" >&2; exit 1; }
+# The modules of that kernel from its package, extracted (never installed on this host).
+kernel_tree=$("$root/hack/debian-kernel.sh" | tail -n 1)
+modules=$kernel_tree/lib/modules/$release
+[[ -f $modules/modules.dep ]] ||
+    { echo "stock-kernel-pci: $modules is missing: guest-images has $release, apt has another; rerun guest-images/build.sh" >&2; exit 1; }
 
 (cd "$root" && cargo build -p vmm --release --quiet)
 vmm=${CARGO_TARGET_DIR:-$root/target}/release/vmm
@@ -37,7 +40,7 @@ mkdir -p "$tree/sbin" "$tree/etc" "$tree/lib/modules/$release" "$work/base"
 zcat "$cache/initramfs.cpio.gz" | (cd "$work/base" && cpio -idm --quiet 2>/dev/null)
 order=$tree/lib/modules/$release/ferrovirt-load-order
 for module in virtio_pci button evdev; do
-    modprobe -S "$release" --show-depends "$module" | awk '$1 == "insmod" { print $2 }'
+    modprobe -d "$kernel_tree" -S "$release" --show-depends "$module" | awk '$1 == "insmod" { print $2 }'
 done | awk '!seen[$0]++' | while read -r path; do
     relative=${path#"$modules/"}
     mkdir -p "$tree/lib/modules/$release/$(dirname "$relative")"
