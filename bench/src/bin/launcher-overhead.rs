@@ -115,8 +115,10 @@ struct Launcher {
 
 impl Drop for Launcher {
     fn drop(&mut self) {
-        let group = format!("-{}", self.child.id());
-        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+        // The launcher leads its own process group (QEMU and its helpers are in it).
+        if let Some(group) = rustix::process::Pid::from_raw(self.child.id() as i32) {
+            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
         for _ in 0..50 {
