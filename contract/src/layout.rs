@@ -4,8 +4,13 @@
 //!
 //! Node:
 //! - [`HOST_RUN_DIR`]: virt-handler's run directory (hostPath into the handler DaemonSet);
-//! - [`HOST_SOCKET_ROOT`]: inside it, one socket directory per VMI UID (hostPath into that
-//!   VMI's launcher Pod; the `sockets` module names the sockets in it);
+//! - [`HOST_SOCKET_ROOT`]: inside it, `<VMI UID>`, where virt-handler reaches the sockets of
+//!   the VMI's launcher on this node (the `sockets` module names them): a symlink virt-handler
+//!   makes to the launcher Pod's `sockets` emptyDir in the kubelet's directory
+//!   ([`pod_socket_dir`]), so that the launcher Pod needs no hostPath volume. (Launcher Pods of
+//!   earlier releases mounted a hostPath directory there; virt-handler leaves those alone.)
+//! - [`KUBELET_PODS_DIR`]: the kubelet's Pod directories (hostPath into virt-handler, at the
+//!   same path, so that the symlinks resolve there and on the node alike);
 //! - [`DEVICE_PLUGIN_DIR`]: the kubelet's device-plugin sockets (hostPath into virt-handler).
 //!
 //! Launcher Pod:
@@ -23,6 +28,19 @@ pub const HOST_RUN_DIR: &str = "/var/run/kubevirt";
 pub const HOST_SOCKET_ROOT: &str = "/var/run/kubevirt/sockets";
 /// The kubelet's device-plugin directory on the node.
 pub const DEVICE_PLUGIN_DIR: &str = "/var/lib/kubelet/device-plugins";
+/// The kubelet's Pod directories on the node: `<this>/<Pod UID>/volumes/...`.
+pub const KUBELET_PODS_DIR: &str = "/var/lib/kubelet/pods";
+/// The name of the launcher Pod's emptyDir volume that holds its sockets.
+pub const SOCKETS_VOLUME: &str = "sockets";
+
+/// Where the kubelet keeps the `sockets` emptyDir of launcher Pod `pod_uid`, under the kubelet
+/// Pod directory `pods_dir` ([`KUBELET_PODS_DIR`] on a node).
+pub fn pod_socket_dir(pods_dir: &std::path::Path, pod_uid: &str) -> std::path::PathBuf {
+    pods_dir
+        .join(pod_uid)
+        .join("volumes/kubernetes.io~empty-dir")
+        .join(SOCKETS_VOLUME)
+}
 
 /// Where the launcher sees its socket directory.
 pub const LAUNCHER_SOCKET_DIR: &str = "/var/run/kubevirt/sockets";
@@ -46,6 +64,16 @@ pub fn in_launcher_socket_dir(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pods_socket_dir_is_its_empty_dir_in_the_kubelets_tree() {
+        assert_eq!(
+            pod_socket_dir(std::path::Path::new(KUBELET_PODS_DIR), "p-1"),
+            std::path::Path::new(
+                "/var/lib/kubelet/pods/p-1/volumes/kubernetes.io~empty-dir/sockets"
+            )
+        );
+    }
 
     #[test]
     fn nesting() {

@@ -1,7 +1,8 @@
-//! The unix sockets in a VMI's socket directory: one directory per VMI, on the node at
-//! `<layout::HOST_SOCKET_ROOT>/<VMI UID>/` (where virt-handler sees it) and in the launcher
-//! Pod at [`crate::layout::LAUNCHER_SOCKET_DIR`] (the same directory through a hostPath). It is
-//! the only directory the launcher Pod shares with the node.
+//! The unix sockets in a VMI's socket directory: one directory per launcher Pod, its `sockets`
+//! emptyDir, which the launcher sees at [`crate::layout::LAUNCHER_SOCKET_DIR`] and virt-handler
+//! at `<layout::HOST_SOCKET_ROOT>/<VMI UID>/` (a symlink it makes to the emptyDir in the
+//! kubelet's directory, [`crate::layout::pod_socket_dir`]). It is the only directory the
+//! launcher Pod shares with the node.
 //!
 //! | socket | served by | what |
 //! |---|---|---|

@@ -19,14 +19,14 @@ use api::domain::KernelBootContainer;
 use api::quantity;
 use api::VirtualMachineInstance;
 use contract::layout::{
-    CONTAINER_DISK_DIR, HOST_SOCKET_ROOT, KERNEL_BOOT_DIR, LAUNCHER_SOCKET_DIR, PRIVATE_DIR,
-    PVC_DISK_DIR,
+    CONTAINER_DISK_DIR, KERNEL_BOOT_DIR, LAUNCHER_SOCKET_DIR, PRIVATE_DIR, PVC_DISK_DIR,
+    SOCKETS_VOLUME,
 };
 use contract::{annotations, labels, resources};
 use k8s_openapi::api::core::v1::{
-    Affinity, Capabilities, Container, EmptyDirVolumeSource, HostPathVolumeSource, NodeAffinity,
-    NodeSelectorRequirement, NodeSelectorTerm, PersistentVolumeClaimVolumeSource, Pod, PodSpec,
-    PreferredSchedulingTerm, ResourceRequirements, SecurityContext, Volume, VolumeMount,
+    Affinity, Capabilities, Container, EmptyDirVolumeSource, NodeAffinity, NodeSelectorRequirement,
+    NodeSelectorTerm, PersistentVolumeClaimVolumeSource, Pod, PodSpec, PreferredSchedulingTerm,
+    ResourceRequirements, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -99,13 +99,15 @@ pub fn render_launcher_pod(
     pod_labels.insert(labels::VMI_NAME.into(), host_name.clone());
 
     let mut volumes = vec![
-        host_path_volume("sockets", &format!("{HOST_SOCKET_ROOT}/{uid}")),
+        // virt-handler reaches it through the kubelet's directory (contract::layout): no
+        // hostPath, so the Pod passes the Pod Security `baseline` level.
+        empty_dir_volume(SOCKETS_VOLUME),
         empty_dir_volume("private"),
         empty_dir_volume("container-disk-binary"),
         empty_dir_volume("container-disks"),
     ];
     let mut compute_mounts = vec![
-        mount("sockets", LAUNCHER_SOCKET_DIR, false),
+        mount(SOCKETS_VOLUME, LAUNCHER_SOCKET_DIR, false),
         mount("private", PRIVATE_DIR, false),
         mount("container-disks", CONTAINER_DISK_DIR, false),
     ];
@@ -423,17 +425,6 @@ fn owner_reference(vmi: &VirtualMachineInstance, uid: &str) -> OwnerReference {
         uid: uid.to_string(),
         controller: Some(true),
         block_owner_deletion: Some(true),
-    }
-}
-
-fn host_path_volume(name: &str, path: &str) -> Volume {
-    Volume {
-        name: name.into(),
-        host_path: Some(HostPathVolumeSource {
-            path: path.into(),
-            type_: Some("DirectoryOrCreate".into()),
-        }),
-        ..Volume::default()
     }
 }
 

@@ -12,4 +12,5 @@ pub mod notify;
 pub mod podnet;
 pub mod run;
 pub mod server;
+pub mod sockets;
 pub mod vmi;

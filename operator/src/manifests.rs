@@ -305,6 +305,11 @@ fn handler_daemonset(cfg: &InstallConfig) -> Value {
                             // Launcher Pod memory for kubevirt_vmi_launcher_memory_overhead_bytes.
                             {"name": "host-cgroup", "mountPath": "/host/sys/fs/cgroup", "readOnly": true},
                             {"name": "device-plugins", "mountPath": layout::DEVICE_PLUGIN_DIR},
+                            // The launcher Pods' socket emptyDirs, at the node's path, where
+                            // the symlinks in kubevirt-run/sockets point. HostToContainer: the
+                            // kubelet's unmounts of Pod volumes reach this copy too, so that
+                            // it never holds a mount the kubelet is removing.
+                            {"name": "kubelet-pods", "mountPath": layout::KUBELET_PODS_DIR, "mountPropagation": "HostToContainer"},
                             // Mutual TLS of the console/action server (virt-api is the client)
                             // and of the migration stream between handlers.
                             {"name": "server-certificates", "mountPath": "/etc/virt-handler/servercertificates", "readOnly": true},
@@ -314,6 +319,7 @@ fn handler_daemonset(cfg: &InstallConfig) -> Value {
                         {"name": "kubevirt-run", "hostPath": {"path": layout::HOST_RUN_DIR, "type": "DirectoryOrCreate"}},
                         {"name": "host-cgroup", "hostPath": {"path": "/sys/fs/cgroup", "type": "Directory"}},
                         {"name": "device-plugins", "hostPath": {"path": layout::DEVICE_PLUGIN_DIR, "type": "Directory"}},
+                        {"name": "kubelet-pods", "hostPath": {"path": layout::KUBELET_PODS_DIR, "type": "Directory"}},
                         // Optional: without it virt-handler runs, and consoles and migrations fail
                         // saying so.
                         {"name": "server-certificates", "secret": {"secretName": "kubevirt-virt-handler-server-certs", "optional": true}},

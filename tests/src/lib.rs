@@ -16,6 +16,7 @@ pub mod pty;
 
 pub use cluster_lock::{ClusterChange, ClusterLock};
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -172,10 +173,22 @@ pub struct TestNamespace {
 
 impl TestNamespace {
     pub async fn create(client: &Client, prefix: &str) -> TestNamespace {
+        Self::create_labelled(client, prefix, &[]).await
+    }
+
+    /// A namespace with `labels` (e.g. a Pod Security level to enforce).
+    pub async fn create_labelled(
+        client: &Client,
+        prefix: &str,
+        labels: &[(&str, &str)],
+    ) -> TestNamespace {
         let name = format!("{prefix}-{}", std::process::id() % 100_000);
         let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-        let namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))
-            .expect("a namespace object");
+        let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
+        let namespace = serde_json::from_value(
+            serde_json::json!({"metadata": {"name": name, "labels": labels}}),
+        )
+        .expect("a namespace object");
         namespaces
             .create(&PostParams::default(), &namespace)
             .await

@@ -5,6 +5,10 @@
 //! - the guest gets `10.0.2.2/24` via `10.0.2.1` from the launcher's DHCP responder;
 //! - the guest reaches another Pod through the NAT (its answer shows on the guest's console);
 //! - another Pod reaches the guest's port at the launcher Pod's IP (DNAT).
+//!
+//! The namespace enforces the Pod Security `baseline` level: the launcher Pod has no hostPath
+//! (virt-handler reaches its sockets through the kubelet's directory) and no added capability,
+//! so the API server admits it there.
 
 use std::time::{Duration, Instant};
 
@@ -69,7 +73,12 @@ fn capabilities(status: &str) -> (u64, u64) {
 #[tokio::test]
 async fn masquerade_dhcp_nat_and_dnat_with_a_launcher_pod_without_net_admin() {
     let client = client().await;
-    let namespace = TestNamespace::create(&client, "e2e-network").await;
+    let namespace = TestNamespace::create_labelled(
+        &client,
+        "e2e-network",
+        &[("pod-security.kubernetes.io/enforce", "baseline")],
+    )
+    .await;
     let ns = namespace.name.as_str();
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
 
@@ -129,6 +138,14 @@ async fn masquerade_dhcp_nat_and_dnat_with_a_launcher_pod_without_net_admin() {
             .and_then(|s| s.sysctls.clone()),
         None,
         "the launcher Pod asks for a sysctl"
+    );
+    let host_paths: Vec<&str> = (spec.volumes.iter().flatten())
+        .filter(|v| v.host_path.is_some())
+        .map(|v| v.name.as_str())
+        .collect();
+    assert!(
+        host_paths.is_empty(),
+        "the launcher Pod mounts hostPaths {host_paths:?}"
     );
     for container in &spec.containers {
         let added = container

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use api::kubevirt::MigrationConfiguration;
 use api::vmi::MigrationState;
 use api::{KubeVirt, VirtualMachineInstance};
 use contract::client::launcher_client;
-use contract::layout::in_launcher_socket_dir;
+use contract::layout::{in_launcher_socket_dir, KUBELET_PODS_DIR};
 use contract::proto::v1::launcher_client::LauncherClient;
 use contract::proto::v1::{
     GetDomainRequest, MigrateRequest, MigrationStatus, SyncOptions, SyncVmiRequest, VmiRequest,
@@ -299,6 +299,15 @@ async fn prepare_target(
             return Err(Some(format!("the target Pod {pod_name} has ended")))
         }
         _ => return Err(None),
+    }
+    if let Some(pod_uid) = pod.metadata.uid.as_deref() {
+        crate::sockets::link_logged(
+            &ctx.socket_root,
+            Path::new(KUBELET_PODS_DIR),
+            &vmi.name_any(),
+            &uid,
+            &[pod_uid],
+        );
     }
     let dir = ctx.socket_root.join(&uid);
     let socket = dir.join(LAUNCHER_SOCKET);

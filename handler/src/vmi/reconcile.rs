@@ -5,14 +5,14 @@
 //! picks up running launchers without touching their VMs: GetDomain answers, SyncVMI is not
 //! needed again.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use api::{KubeVirt, VirtualMachineInstance, VmiPhase};
 use contract::client::launcher_client;
 use contract::labels;
-use contract::layout::in_launcher_socket_dir;
+use contract::layout::{in_launcher_socket_dir, KUBELET_PODS_DIR};
 use contract::proto::v1::{
     GetDomainRequest, InfoRequest, ShutdownRequest, SyncOptions, SyncVmiRequest,
 };
@@ -120,6 +120,17 @@ pub async fn reconcile(
         ctx.notify.forget(&dir);
         return Ok(Action::await_change());
     }
+    let pods: Vec<&str> = (status.active_pods.iter().flatten())
+        .filter(|(_, on)| **on == ctx.node)
+        .map(|(pod, _)| pod.as_str())
+        .collect();
+    crate::sockets::link_logged(
+        &ctx.socket_root,
+        Path::new(KUBELET_PODS_DIR),
+        &vmi.name_any(),
+        &uid,
+        &pods,
+    );
     if !socket.exists() {
         // The launcher is still starting (Scheduled), or gone (the controller sees the Pod fail).
         return Ok(Action::requeue(Duration::from_secs(1)));
