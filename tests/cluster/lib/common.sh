@@ -41,8 +41,6 @@ die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
 kubectl_admin() { "$KUBE_BIN/kubectl" --kubeconfig "$ADMIN_KUBECONFIG" "$@"; }
 
-# wait_for DESCRIPTION SECONDS COMMAND...: run COMMAND until it succeeds or the
-# deadline passes. Returns non-zero on time-out.
 # write_file PATH: stdin becomes PATH's content, atomically (a rename) and only if it
 # changed. Running daemons watch their config files: kube-proxy exits when it reads a
 # different content (a half-written file is one), and containerd drops its CNI
@@ -53,6 +51,8 @@ write_file() {
     if cmp -s "$path.new" "$path"; then rm -f "$path.new"; else mv -f "$path.new" "$path"; fi
 }
 
+# wait_for DESCRIPTION SECONDS COMMAND...: run COMMAND until it succeeds or the
+# deadline passes. Returns non-zero on time-out.
 wait_for() {
     local what=$1 secs=$2; shift 2
     local deadline=$((SECONDS + secs))

@@ -292,15 +292,14 @@ start_node() {
     # A restarted kubelet must renew its lease before its node counts as Ready again.
     daemon_running "$name-kubelet" || date +%s >"$dir/kubelet.started"
     start_kubelet "$name"
-    start_daemon "$name-kube-proxy" "$name/system" "${enter[@]}" -- "$KUBE_BIN/kube-proxy" \
-        --config "$dir/kube-proxy.yaml"
+    local proxy=("$name-kube-proxy" "$name/system" "${enter[@]}" -- "$KUBE_BIN/kube-proxy" --config "$dir/kube-proxy.yaml")
+    start_daemon "${proxy[@]}"
     # A kube-proxy that stopped syncing leaves Services half-programmed on its node (as seen
     # once after an hour of tests): one whose rules are not in sync is restarted.
     if ! wait_for "kube-proxy on $name in sync" 60 kube_proxy_live "$name"; then
         log "kube-proxy on $name: not in sync after 60s, restarting it"
         stop_daemon "$name-kube-proxy"
-        start_daemon "$name-kube-proxy" "$name/system" "${enter[@]}" -- "$KUBE_BIN/kube-proxy" \
-            --config "$dir/kube-proxy.yaml"
+        start_daemon "${proxy[@]}"
         wait_for "kube-proxy on $name in sync" 60 kube_proxy_live "$name" ||
             die "kube-proxy on $name does not sync its rules (log: $LOGS/$name-kube-proxy.log)"
     fi
