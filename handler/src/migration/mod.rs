@@ -23,7 +23,10 @@
 //!    stopped it (the VM keeps running on the source), `completed` when the switch-over had
 //!    already happened (the VM runs on the target, whose Pod virt-controller then keeps).
 //! 4. A handler that restarts while its launcher sends finds `mode` set and no task of its own:
-//!    it follows the launcher's migration record to the end, as in step 2.
+//!    it follows the launcher's migration record to the end, as in step 2. One that restarted
+//!    after `Migrate` but before `mode` was recorded asks the launcher first ([`sending`]) and
+//!    follows the migration it finds instead of starting another. The end is reported until
+//!    the API server takes it.
 //!
 //! After the switch-over the source launcher reports its domain Shutoff ("migrated to the
 //! target"); [`migrated_away`] tells the VMI reconciler not to take that for the guest's end.
@@ -41,6 +44,18 @@ pub fn migrated_away(domain: &Domain) -> bool {
         .migration
         .as_ref()
         .is_some_and(|m| !m.target && m.status == MigrationStatus::Completed as i32)
+}
+
+/// Whether `domain` is a source that is sending its VM, or has sent it: a `Migrate` was taken
+/// and a second one must not be made (the launcher refuses it, and the answer is in the record).
+/// An outgoing migration that failed or was cancelled is not: the VM is still here, and a new
+/// migration may start.
+pub fn sending(domain: &Domain) -> bool {
+    domain.migration.as_ref().is_some_and(|m| {
+        !m.target
+            && (m.status == MigrationStatus::Active as i32
+                || m.status == MigrationStatus::Completed as i32)
+    })
 }
 
 #[cfg(test)]
@@ -64,5 +79,26 @@ mod tests {
         assert!(!migrated_away(&with(MigrationStatus::Failed, false)));
         assert!(!migrated_away(&with(MigrationStatus::Active, false)));
         assert!(!migrated_away(&Domain::default()));
+    }
+
+    #[test]
+    fn a_source_that_sends_or_has_sent_takes_no_second_migrate() {
+        let with = |status: MigrationStatus, target: bool| Domain {
+            migration: Some(MigrationInfo {
+                status: status as i32,
+                target,
+                ..MigrationInfo::default()
+            }),
+            ..Domain::default()
+        };
+        assert!(sending(&with(MigrationStatus::Active, false)));
+        assert!(sending(&with(MigrationStatus::Completed, false)));
+        // An earlier attempt that ended with the VM still here: a new one may start.
+        assert!(!sending(&with(MigrationStatus::Failed, false)));
+        assert!(!sending(&with(MigrationStatus::Cancelled, false)));
+        // A VM that arrived by migration may leave the same way.
+        assert!(!sending(&with(MigrationStatus::Completed, true)));
+        assert!(!sending(&with(MigrationStatus::Active, true)));
+        assert!(!sending(&Domain::default()));
     }
 }

@@ -254,7 +254,14 @@ pub async fn reconcile(
         if state.abort_requested == Some(true) {
             cancel(&ctx, &vmi).await;
             if !following && state.mode.is_none() {
-                report_failure(&ctx, &vmi, "cancelled before the source started sending").await?;
+                // An earlier run of this handler may have told the launcher to send, and the
+                // switch-over may have happened: the launcher's record says how it ended.
+                if launcher_sending(&ctx, &vmi).await {
+                    adopt_source(&ctx, &vmi, key.clone()).await;
+                } else {
+                    report_failure(&ctx, &vmi, "cancelled before the source started sending")
+                        .await?;
+                }
             }
         } else if let (Some(address), None) = (&state.target_node_address, &state.mode) {
             if !following {
@@ -397,15 +404,27 @@ async fn start_source(
     let target: SocketAddr = address
         .parse()
         .map_err(|e| format!("bad targetNodeAddress {address:?}: {e}"))?;
+    let dir = ctx.socket_root.join(&uid);
+    let mut client = launcher_client(&dir.join(LAUNCHER_SOCKET)).map_err(|e| e.to_string())?;
+    // A handler killed between `Migrate` and recording `mode` left the launcher sending: follow
+    // that migration rather than ask for a second one, which the launcher would refuse.
+    let domain = call(client.get_domain(GetDomainRequest {})).await?.domain;
+    if domain.as_ref().is_some_and(super::sending) {
+        log::info!(
+            "{}: the source launcher is already sending (this handler restarted before it recorded the mode)",
+            vmi.name_any()
+        );
+        record_mode(ctx, vmi).await;
+        follow(ctx, vmi, client, None, key);
+        return Ok(());
+    }
     let tls =
         MigrationTls::load(&cert_dir()).map_err(|e| format!("migration TLS: {}", chain(&e)))?;
-    let dir = ctx.socket_root.join(&uid);
     let relay_path = dir.join(MIGRATION_SOURCE_SOCKET);
     let _ = std::fs::remove_file(&relay_path);
     let listener = tokio::net::UnixListener::bind(&relay_path)
         .map_err(|e| format!("cannot listen on {}: {e}", relay_path.display()))?;
     let relay = tokio::spawn(proxy::relay_source(listener, Arc::new(tls), target));
-    let mut client = launcher_client(&dir.join(LAUNCHER_SOCKET)).map_err(|e| e.to_string())?;
     let config = ctx.migration_config(vmi);
     let request = MigrateRequest {
         vmi: uid.clone(),
@@ -423,25 +442,51 @@ async fn start_source(
         vmi.name_any(),
         request_bandwidth
     );
-    if let Err(e) = patch_state(
-        &ctx.client,
-        vmi,
-        MigrationState {
-            mode: Some("PreCopy".into()),
-            ..MigrationState::default()
-        },
-    )
-    .await
-    {
+    record_mode(ctx, vmi).await;
+    follow(ctx, vmi, client, Some(relay), key);
+    Ok(())
+}
+
+/// Sets `mode: PreCopy`: the launcher was told to send. Not fatal when lost: a handler that
+/// restarts without it asks the launcher before it starts a migration.
+async fn record_mode(ctx: &MigrationContext, vmi: &VirtualMachineInstance) {
+    let mode = MigrationState {
+        mode: Some("PreCopy".into()),
+        ..MigrationState::default()
+    };
+    if let Err(e) = patch_state(&ctx.client, vmi, mode).await {
         log::warn!("{}: cannot record the migration mode: {e}", vmi.name_any());
     }
+}
+
+/// Follows the source launcher's migration in a task kept under `key`.
+fn follow(
+    ctx: &Arc<MigrationContext>,
+    vmi: &Arc<VirtualMachineInstance>,
+    client: LauncherClient<tonic::transport::Channel>,
+    relay: Option<tokio::task::JoinHandle<Result<proxy::Copied, proxy::ProxyError>>>,
+    key: String,
+) {
     let (ctx2, vmi2) = (Arc::clone(ctx), Arc::clone(vmi));
     let watchdog = ctx.watchdog(vmi);
     let task = tokio::spawn(async move {
-        follow_source(&ctx2, &vmi2, client, Some(relay), watchdog).await;
+        follow_source(&ctx2, &vmi2, client, relay, watchdog).await;
     });
     ctx.keep(key, task);
-    Ok(())
+}
+
+/// Whether the source launcher of `vmi` is sending it or has sent it ([`super::sending`]).
+async fn launcher_sending(ctx: &MigrationContext, vmi: &VirtualMachineInstance) -> bool {
+    let Some(uid) = vmi.uid() else { return false };
+    let socket = ctx.socket_root.join(&uid).join(LAUNCHER_SOCKET);
+    let Ok(mut client) = launcher_client(&socket) else {
+        return false;
+    };
+    call(client.get_domain(GetDomainRequest {}))
+        .await
+        .ok()
+        .and_then(|response| response.domain)
+        .is_some_and(|domain| super::sending(&domain))
 }
 
 /// Follows a migration that an earlier run of this handler started.
@@ -456,12 +501,7 @@ async fn adopt_source(ctx: &Arc<MigrationContext>, vmi: &Arc<VirtualMachineInsta
         }
     };
     log::info!("{}: following the migration under way", vmi.name_any());
-    let (ctx2, vmi2) = (Arc::clone(ctx), Arc::clone(vmi));
-    let watchdog = ctx.watchdog(vmi);
-    let task = tokio::spawn(async move {
-        follow_source(&ctx2, &vmi2, client, None, watchdog).await;
-    });
-    ctx.keep(key, task);
+    follow(ctx, vmi, client, None, key);
 }
 
 async fn follow_source(
@@ -500,9 +540,7 @@ async fn follow_source(
                     Some(m) => break m,
                     None => {
                         let why = "the source launcher has no record of an outgoing migration";
-                        if let Err(e) = report_failure(ctx, vmi, why).await {
-                            log::warn!("{name}: cannot report the end of the migration: {e}");
-                        }
+                        report_end(ctx, vmi, Err(why.to_string())).await;
                         return;
                     }
                 }
@@ -522,37 +560,85 @@ async fn follow_source(
         }
         None => String::new(),
     };
-    let result = if info.status == MigrationStatus::Completed as i32 {
-        let note = format!(
+    let end = if info.status == MigrationStatus::Completed as i32 {
+        Ok(format!(
             "migration completed in {} ms, guest downtime {} ms, {} bytes sent (block migration: {}){relayed}",
             info.total_ms, info.downtime_ms, info.transferred_bytes, info.block
-        );
-        log::info!("{name}: {note}");
-        ctx.event(vmi, false, "Migrated", note).await;
-        patch_state(
-            &ctx.client,
-            vmi,
+        ))
+    } else if info.status == MigrationStatus::Cancelled as i32 {
+        Err(timed_out.unwrap_or_else(|| "the migration was cancelled".to_string()))
+    } else {
+        Err(format!(
+            "the migration stream failed: {}{relayed}",
+            info.error
+        ))
+    };
+    report_end(ctx, vmi, end).await;
+}
+
+/// How long [`report_end`] waits after each refused patch before it tries again.
+const REPORT_RETRIES: [Duration; 6] = [
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(4),
+    Duration::from_secs(8),
+    Duration::from_secs(15),
+    Duration::from_secs(30),
+];
+
+/// Reports how the outgoing migration ended (`Ok(note)`: completed, `Err(reason)`: failed) in
+/// `migrationState` and an event. Only this task knows the end, and no later pass asks again,
+/// so a patch the API server refuses is tried again; the VMI gone ends it.
+async fn report_end(
+    ctx: &MigrationContext,
+    vmi: &VirtualMachineInstance,
+    end: Result<String, String>,
+) {
+    let name = vmi.name_any();
+    let fields = match &end {
+        Ok(note) => {
+            log::info!("{name}: {note}");
             MigrationState {
                 completed: Some(true),
                 end_timestamp: Some(now()),
                 ..MigrationState::default()
-            },
-        )
-        .await
-    } else {
-        let why = if let (true, Some(why)) =
-            (info.status == MigrationStatus::Cancelled as i32, timed_out)
-        {
-            why
-        } else if info.status == MigrationStatus::Cancelled as i32 {
-            "the migration was cancelled".to_string()
-        } else {
-            format!("the migration stream failed: {}{relayed}", info.error)
-        };
-        report_failure(ctx, vmi, &why).await
+            }
+        }
+        Err(reason) => {
+            log::warn!("migration of {name} failed: {reason}");
+            MigrationState {
+                failed: Some(true),
+                failure_reason: Some(reason.clone()),
+                end_timestamp: Some(now()),
+                ..MigrationState::default()
+            }
+        }
     };
-    if let Err(e) = result {
-        log::warn!("{name}: cannot report the end of the migration: {e}");
+    let mut waits = REPORT_RETRIES.iter();
+    loop {
+        match patch_state(&ctx.client, vmi, fields.clone()).await {
+            Ok(()) => break,
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                log::info!("{name}: the VMI is gone; the end of its migration is not reported");
+                return;
+            }
+            Err(e) => {
+                match waits.next() {
+                    Some(wait) => {
+                        log::warn!("{name}: cannot report the end of the migration (again in {wait:?}): {e}");
+                        tokio::time::sleep(*wait).await;
+                    }
+                    None => {
+                        log::error!("{name}: gave up reporting the end of the migration: {e}");
+                        return;
+                    }
+                }
+            }
+        }
+    }
+    match end {
+        Ok(note) => ctx.event(vmi, false, "Migrated", note).await,
+        Err(reason) => ctx.event(vmi, true, "MigrationFailed", reason).await,
     }
 }
 
