@@ -61,6 +61,9 @@ pub async fn run_handler(client: Client, node_name: String) {
         kubevirts.clone(),
     ));
     tokio::spawn(crate::server::run_from_env(PathBuf::from(HOST_SOCKET_ROOT)));
+    tokio::spawn(crate::sockets::sweep_forever(PathBuf::from(
+        HOST_SOCKET_ROOT,
+    )));
     tokio::spawn(crate::metrics::serve(client.clone(), node_name.clone()));
     let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
     let ctx = Arc::new(HandlerContext {

@@ -8,9 +8,14 @@
 //! appears, pointed anew when another Pod of the same VMI comes to this node (a migration back),
 //! left alone when it is right. A real directory there is the hostPath of a launcher Pod of an
 //! earlier release, which keeps working as before while no Pod with an emptyDir replaces it.
+//!
+//! When the kubelet removes a deleted Pod's emptyDir, its link dangles: [`sweep`] removes those
+//! (virt-handler runs it every [`SWEEP_INTERVAL`]), so the socket root does not fill with the
+//! links of every VMI the node ever ran.
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use contract::layout::pod_socket_dir;
 use contract::sockets::LAUNCHER_SOCKET;
@@ -92,6 +97,50 @@ pub fn link_logged(socket_root: &Path, pods_dir: &Path, vmi: &str, vmi_uid: &str
             "{vmi}: cannot link {} to its launcher Pod's sockets: {e}",
             socket_root.join(vmi_uid).display()
         ),
+    }
+}
+
+/// How often virt-handler removes the links of launcher Pods that are gone.
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Removes the links in `socket_root` that lead nowhere (their Pod's emptyDir is gone), and
+/// staging links left by a [`link`] that was cut short; returns the names removed. Directories
+/// (an earlier release's hostPath) and links that still lead somewhere stay.
+pub fn sweep(socket_root: &Path) -> io::Result<Vec<String>> {
+    let mut removed = Vec::new();
+    for entry in std::fs::read_dir(socket_root)? {
+        let entry = entry?;
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let staging = name.starts_with('.') && name.ends_with(".link");
+        if !entry.file_type()?.is_symlink() || (!staging && path.exists()) {
+            continue;
+        }
+        match std::fs::remove_file(&path) {
+            Ok(()) => removed.push(name),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    removed.sort();
+    Ok(removed)
+}
+
+/// [`sweep`] every [`SWEEP_INTERVAL`] until the process ends, logging what it removed.
+pub async fn sweep_forever(socket_root: PathBuf) {
+    let mut every = tokio::time::interval(SWEEP_INTERVAL);
+    loop {
+        every.tick().await;
+        match sweep(&socket_root) {
+            Ok(removed) if !removed.is_empty() => log::info!(
+                "removed {} link(s) to launcher Pods that are gone from {}: {}",
+                removed.len(),
+                socket_root.display(),
+                removed.join(", ")
+            ),
+            Ok(_) => {}
+            Err(e) => log::warn!("cleaning up {}: {e}", socket_root.display()),
+        }
     }
 }
 
@@ -191,5 +240,37 @@ mod tests {
             Linked::Made(dir.clone())
         );
         assert_eq!(node.points_to(), dir);
+    }
+
+    #[test]
+    fn the_sweep_removes_the_links_of_pods_that_are_gone_and_nothing_else() {
+        let node = node();
+        node.pod("pod-a", true);
+        node.link(&["pod-a"]);
+        link(&node.sockets, &node.pods, "vmi-2", &["pod-b"]).unwrap();
+        node.pod("pod-b", false);
+        link(&node.sockets, &node.pods, "vmi-2", &["pod-b"]).unwrap();
+        let legacy = node.sockets.join("vmi-legacy");
+        std::fs::create_dir_all(&legacy).unwrap();
+        std::os::unix::fs::symlink(
+            pod_socket_dir(&node.pods, "pod-a"),
+            node.sockets.join(".vmi-3.link"),
+        )
+        .unwrap();
+        assert_eq!(
+            sweep(&node.sockets).unwrap(),
+            vec![".vmi-3.link"],
+            "a staging link only"
+        );
+        // The kubelet removes pod-b's directory once its Pod is deleted.
+        std::fs::remove_dir_all(node.pods.join("pod-b")).unwrap();
+        assert_eq!(sweep(&node.sockets).unwrap(), vec!["vmi-2"]);
+        assert!(
+            node.sockets.join("vmi-1").join(LAUNCHER_SOCKET).exists(),
+            "a live link stays"
+        );
+        assert!(legacy.is_dir(), "an earlier release's directory stays");
+        assert!(std::fs::symlink_metadata(node.sockets.join("vmi-2")).is_err());
+        assert_eq!(sweep(&node.sockets).unwrap(), Vec::<String>::new());
     }
 }
