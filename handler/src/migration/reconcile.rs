@@ -586,18 +586,20 @@ const REPORT_RETRIES: [Duration; 6] = [
     Duration::from_secs(30),
 ];
 
-/// Reports how the outgoing migration ended (`Ok(note)`: completed, `Err(reason)`: failed) in
-/// `migrationState` and an event. Only this task knows the end, and no later pass asks again,
-/// so a patch the API server refuses is tried again; the VMI gone ends it.
+/// Reports how the outgoing migration ended (`Ok(note)`: completed, `Err(reason)`: failed): an
+/// event, then `migrationState`. The event goes first: the state patch ends this task (the next
+/// pass sees the migration over and stops it). Only this task knows the end, and no later pass
+/// asks again, so a patch the API server refuses is tried again; the VMI gone ends it.
 async fn report_end(
     ctx: &MigrationContext,
     vmi: &VirtualMachineInstance,
     end: Result<String, String>,
 ) {
     let name = vmi.name_any();
-    let fields = match &end {
+    let fields = match end {
         Ok(note) => {
             log::info!("{name}: {note}");
+            ctx.event(vmi, false, "Migrated", note).await;
             MigrationState {
                 completed: Some(true),
                 end_timestamp: Some(now()),
@@ -606,9 +608,11 @@ async fn report_end(
         }
         Err(reason) => {
             log::warn!("migration of {name} failed: {reason}");
+            ctx.event(vmi, true, "MigrationFailed", reason.clone())
+                .await;
             MigrationState {
                 failed: Some(true),
-                failure_reason: Some(reason.clone()),
+                failure_reason: Some(reason),
                 end_timestamp: Some(now()),
                 ..MigrationState::default()
             }
@@ -617,28 +621,24 @@ async fn report_end(
     let mut waits = REPORT_RETRIES.iter();
     loop {
         match patch_state(&ctx.client, vmi, fields.clone()).await {
-            Ok(()) => break,
+            Ok(()) => return,
             Err(kube::Error::Api(e)) if e.code == 404 => {
                 log::info!("{name}: the VMI is gone; the end of its migration is not reported");
                 return;
             }
-            Err(e) => {
-                match waits.next() {
-                    Some(wait) => {
-                        log::warn!("{name}: cannot report the end of the migration (again in {wait:?}): {e}");
-                        tokio::time::sleep(*wait).await;
-                    }
-                    None => {
-                        log::error!("{name}: gave up reporting the end of the migration: {e}");
-                        return;
-                    }
+            Err(e) => match waits.next() {
+                Some(wait) => {
+                    log::warn!(
+                        "{name}: cannot report the end of the migration (again in {wait:?}): {e}"
+                    );
+                    tokio::time::sleep(*wait).await;
                 }
-            }
+                None => {
+                    log::error!("{name}: gave up reporting the end of the migration: {e}");
+                    return;
+                }
+            },
         }
-    }
-    match end {
-        Ok(note) => ctx.event(vmi, false, "Migrated", note).await,
-        Err(reason) => ctx.event(vmi, true, "MigrationFailed", reason).await,
     }
 }
 
