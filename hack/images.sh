@@ -22,6 +22,13 @@
 #                                            writes the manifests that install them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Called from a test (the operator's upgrade test), this script inherits the variables cargo sets
+# for a test process. Some build scripts (ring's) read CARGO_PKG_NAME, CARGO_MANIFEST_DIR and
+# the like and tell cargo to rebuild when their values change, which cargo checks in its own
+# environment: with them each call from a test rebuilt every release binary, and the next call
+# from a shell (hack/up.sh) rebuilt them again.
+unset "${!CARGO_PKG_@}" "${!CARGO_MANIFEST_@}" "${!CARGO_BIN_EXE_@}" CARGO_CRATE_NAME \
+  CARGO_BIN_NAME CARGO_PRIMARY_PACKAGE CARGO_TARGET_TMPDIR CARGO_RUSTC_CURRENT_DIR OUT_DIR
 CACHE=/var/cache/ferrovirt
 CLUSTER=tests/cluster/cluster.sh
 TARGET=${CARGO_TARGET_DIR:-$PWD/target}/release
