@@ -64,16 +64,20 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn only_a_completed_outgoing_migration_moves_the_vm_away() {
-        let with = |status: MigrationStatus, target: bool| Domain {
+    /// A domain with a migration record.
+    fn with(status: MigrationStatus, target: bool) -> Domain {
+        Domain {
             migration: Some(MigrationInfo {
                 status: status as i32,
                 target,
                 ..MigrationInfo::default()
             }),
             ..Domain::default()
-        };
+        }
+    }
+
+    #[test]
+    fn only_a_completed_outgoing_migration_moves_the_vm_away() {
         assert!(migrated_away(&with(MigrationStatus::Completed, false)));
         assert!(!migrated_away(&with(MigrationStatus::Completed, true)));
         assert!(!migrated_away(&with(MigrationStatus::Failed, false)));
@@ -83,14 +87,6 @@ mod tests {
 
     #[test]
     fn a_source_that_sends_or_has_sent_takes_no_second_migrate() {
-        let with = |status: MigrationStatus, target: bool| Domain {
-            migration: Some(MigrationInfo {
-                status: status as i32,
-                target,
-                ..MigrationInfo::default()
-            }),
-            ..Domain::default()
-        };
         assert!(sending(&with(MigrationStatus::Active, false)));
         assert!(sending(&with(MigrationStatus::Completed, false)));
         // An earlier attempt that ended with the VM still here: a new one may start.
