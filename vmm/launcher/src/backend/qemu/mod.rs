@@ -251,6 +251,13 @@ impl QemuVm {
                     self.guest_rebooted = true;
                     let _ = self.qmp.execute("quit", None, CONTROL_TIMEOUT);
                 }
+                // A reboot keeps the VM running, as it does under KubeVirt; the log says when
+                // and why (a triple fault shows as `guest-reset` too).
+                "RESET" => log::info!(
+                    "the guest reset (by the guest: {}, reason: {})",
+                    event.data["guest"],
+                    event.data["reason"].as_str().unwrap_or("not given")
+                ),
                 _ => {}
             }
         }
