@@ -189,20 +189,20 @@ async fn report_failure(
     reason: &str,
 ) -> Result<(), kube::Error> {
     log::warn!("migration of {} failed: {reason}", vmi.name_any());
-    patch_state(
-        &ctx.client,
-        vmi,
-        MigrationState {
-            failed: Some(true),
-            failure_reason: Some(reason.into()),
-            end_timestamp: Some(now()),
-            ..MigrationState::default()
-        },
-    )
-    .await?;
+    patch_state(&ctx.client, vmi, failed_state(reason.into())).await?;
     ctx.event(vmi, true, "MigrationFailed", reason.to_string())
         .await;
     Ok(())
+}
+
+/// The fields that end a migration as failed, for `reason`.
+fn failed_state(reason: String) -> MigrationState {
+    MigrationState {
+        failed: Some(true),
+        failure_reason: Some(reason),
+        end_timestamp: Some(now()),
+        ..MigrationState::default()
+    }
 }
 
 async fn call<T>(
@@ -256,7 +256,12 @@ pub async fn reconcile(
             if !following && state.mode.is_none() {
                 // An earlier run of this handler may have told the launcher to send, and the
                 // switch-over may have happened: the launcher's record says how it ended.
-                if launcher_sending(&ctx, &vmi).await {
+                let socket = ctx.socket_root.join(vmi.uid().unwrap_or_default());
+                let sending = match launcher_client(&socket.join(LAUNCHER_SOCKET)) {
+                    Ok(mut client) => launcher_sending(&mut client).await.unwrap_or(false),
+                    Err(_) => false,
+                };
+                if sending {
                     adopt_source(&ctx, &vmi, key.clone()).await;
                 } else {
                     report_failure(&ctx, &vmi, "cancelled before the source started sending")
@@ -408,8 +413,7 @@ async fn start_source(
     let mut client = launcher_client(&dir.join(LAUNCHER_SOCKET)).map_err(|e| e.to_string())?;
     // A handler killed between `Migrate` and recording `mode` left the launcher sending: follow
     // that migration rather than ask for a second one, which the launcher would refuse.
-    let domain = call(client.get_domain(GetDomainRequest {})).await?.domain;
-    if domain.as_ref().is_some_and(super::sending) {
+    if launcher_sending(&mut client).await? {
         log::info!(
             "{}: the source launcher is already sending (this handler restarted before it recorded the mode)",
             vmi.name_any()
@@ -475,18 +479,13 @@ fn follow(
     ctx.keep(key, task);
 }
 
-/// Whether the source launcher of `vmi` is sending it or has sent it ([`super::sending`]).
-async fn launcher_sending(ctx: &MigrationContext, vmi: &VirtualMachineInstance) -> bool {
-    let Some(uid) = vmi.uid() else { return false };
-    let socket = ctx.socket_root.join(&uid).join(LAUNCHER_SOCKET);
-    let Ok(mut client) = launcher_client(&socket) else {
-        return false;
-    };
-    call(client.get_domain(GetDomainRequest {}))
-        .await
-        .ok()
-        .and_then(|response| response.domain)
-        .is_some_and(|domain| super::sending(&domain))
+/// Whether the source launcher behind `client` is sending its VM or has sent it
+/// ([`super::sending`]).
+async fn launcher_sending(
+    client: &mut LauncherClient<tonic::transport::Channel>,
+) -> Result<bool, String> {
+    let domain = call(client.get_domain(GetDomainRequest {})).await?.domain;
+    Ok(domain.as_ref().is_some_and(super::sending))
 }
 
 /// Follows a migration that an earlier run of this handler started.
@@ -610,12 +609,7 @@ async fn report_end(
             log::warn!("migration of {name} failed: {reason}");
             ctx.event(vmi, true, "MigrationFailed", reason.clone())
                 .await;
-            MigrationState {
-                failed: Some(true),
-                failure_reason: Some(reason),
-                end_timestamp: Some(now()),
-                ..MigrationState::default()
-            }
+            failed_state(reason)
         }
     };
     let mut waits = REPORT_RETRIES.iter();
