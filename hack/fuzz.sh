@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs every fuzz target of the project for a bounded time: the image parsers of bootdisk/fuzz
-# (partition tables, ext4, vfat, qcow2, grub.cfg, BLS, extlinux) and the guest-facing devices
-# of vmm/fuzz (virtio-blk requests, virtio-net frames, vsock packets, PCI configuration space
-# and BARs), each from its committed corpus or seeds. Prints the executions and the time per
-# target; fails if any target finds a crash.
+# (partition tables, ext4, vfat, qcow2, grub.cfg, BLS, extlinux) and the guest-facing input of
+# vmm/fuzz (virtio-blk requests, virtio-net frames, vsock packets, PCI configuration space and
+# BARs, the migration stream, the QEMU guest agent's replies to virt-launcher), each from its
+# committed corpus or seeds. Prints the executions and the time per target; fails if any
+# target finds a crash.
 # Installs cargo-fuzz into /var/cache/ferrovirt/cargo-fuzz when it is missing; needs the
 # nightly toolchain (`rustup toolchain install nightly`). The fuzz builds share
 # /var/cache/ferrovirt/fuzz-target.

@@ -1,7 +1,8 @@
 #!/bin/sh
-# Runs each fuzz target for a bounded time (default 30 s each) from its corpus in corpus/
-# (committed: what earlier runs found, minimized with `cargo fuzz cmin`) and fails if any finds
-# a crash.
+# Runs each fuzz target (the virtio-blk, virtio-net and vsock request parsers, PCI accesses, the
+# migration stream, the guest agent's replies) for a bounded time (default 30 s each) from its
+# corpus in corpus/ (committed: what earlier runs found, minimized with `cargo fuzz cmin`) and
+# fails if any finds a crash.
 # Needs the nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz`).
 # Usage: vmm/fuzz/run.sh [SECONDS_PER_TARGET]
 set -eu
@@ -17,7 +18,7 @@ rustup run nightly rustc --version >/dev/null 2>&1 || {
 }
 passed=0
 failed=0
-for target in blk_request net_tx net_rx vsock_tx pci_access migration_stream; do
+for target in blk_request net_tx net_rx vsock_tx pci_access migration_stream agent_reply console_control; do
     mkdir -p "corpus/$target"
     # No sanitizer: the code under test is safe Rust; libFuzzer still finds panics and hangs.
     if cargo +nightly fuzz run --sanitizer none "$target" "corpus/$target" -- \

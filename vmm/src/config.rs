@@ -39,6 +39,11 @@ pub struct VmConfig {
     pub rng: Option<RngConfig>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vsock: Option<VsockConfig>,
+    /// The guest agent channel: a virtio-console port named `org.qemu.guest_agent.0` whose
+    /// host side is a unix socket (QEMU's `virtserialport` on a `socket,server=on,wait=off`
+    /// chardev); virt-launcher talks to qemu-guest-agent through it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentChannelConfig>,
     /// How the virtio devices reach the guest; PCI (with ACPI) unless the config says otherwise.
     #[serde(default)]
     pub transport: Transport,
@@ -89,7 +94,8 @@ impl std::str::FromStr for Transport {
     }
 }
 
-/// How many virtio devices (disks, NICs, rng and vsock together) a VM can have with
+/// How many virtio devices (disks, NICs, rng, vsock and the agent channel together) a VM can
+/// have with
 /// `transport`: what the API derives its device limit from.
 pub const fn max_virtio_devices(transport: Transport) -> usize {
     transport.max_devices()
@@ -107,6 +113,7 @@ impl Default for VmConfig {
             console: ConsoleConfig::Off,
             rng: None,
             vsock: None,
+            agent: None,
             transport: Transport::default(),
         }
     }
@@ -255,6 +262,19 @@ pub struct VsockConfig {
     pub socket: PathBuf,
 }
 
+/// The longest path of a unix socket the VMM listens on, in bytes: what `sun_path` of a
+/// `sockaddr_un` holds (108) less the terminating NUL.
+pub const MAX_SOCKET_PATH: usize = 107;
+
+/// The guest agent channel (see [`VmConfig::agent`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentChannelConfig {
+    /// The unix socket the VMM listens on (a stale one is replaced); one client at a time,
+    /// a new connection replaces the old one.
+    pub socket: PathBuf,
+}
+
 /// Why a `VmConfig` cannot run.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ValidationError {
@@ -282,6 +302,13 @@ pub enum ValidationError {
     BadTapName { id: String, tap: String },
     #[error("vsock cid {0} is reserved (must be >= 3)")]
     VsockCidReserved(u64),
+    #[error("agent.socket is empty")]
+    AgentSocketEmpty,
+    #[error(
+        "agent.socket {path:?} is {len} bytes, longer than the {MAX_SOCKET_PATH} a unix socket \
+         address holds"
+    )]
+    AgentSocketTooLong { path: PathBuf, len: usize },
     #[error("serial and console both use the VMM's stdin/stdout")]
     TwoTtys,
     #[error("{count} virtio devices, more than the {max} the {transport} transport has room for")]
@@ -363,6 +390,18 @@ impl VmConfig {
                 return Err(ValidationError::VsockCidReserved(vsock.cid));
             }
         }
+        if let Some(agent) = &self.agent {
+            let len = agent.socket.as_os_str().len();
+            if len == 0 {
+                return Err(ValidationError::AgentSocketEmpty);
+            }
+            if len > MAX_SOCKET_PATH {
+                return Err(ValidationError::AgentSocketTooLong {
+                    path: agent.socket.clone(),
+                    len,
+                });
+            }
+        }
         if self.serial == ConsoleConfig::Tty && self.console == ConsoleConfig::Tty {
             return Err(ValidationError::TwoTtys);
         }
@@ -378,12 +417,13 @@ impl VmConfig {
         Ok(())
     }
 
-    /// The virtio devices the VM has: disks, NICs, rng and vsock.
+    /// The virtio devices the VM has: disks, NICs, rng, vsock and the agent channel.
     pub fn virtio_device_count(&self) -> usize {
         self.disks.len()
             + self.net.len()
             + usize::from(self.rng.is_some())
             + usize::from(self.vsock.is_some())
+            + usize::from(self.agent.is_some())
     }
 }
 

@@ -246,6 +246,56 @@ fn the_transport_defaults_to_pci_and_parses_both_ways() {
 }
 
 #[test]
+fn the_agent_channel_is_a_socket_path_that_fits_and_counts_as_a_device() {
+    let with_socket = |socket: &str| VmConfig {
+        agent: Some(AgentChannelConfig {
+            socket: socket.into(),
+        }),
+        ..vm()
+    };
+    assert_eq!(with_socket("/run/ferrovirt/agent.sock").validate(), Ok(()));
+    assert_eq!(
+        with_socket("").validate(),
+        Err(ValidationError::AgentSocketEmpty)
+    );
+    let longest = format!("/{}", "a".repeat(MAX_SOCKET_PATH - 1));
+    assert_eq!(with_socket(&longest).validate(), Ok(()));
+    let too_long = format!("{longest}b");
+    assert_eq!(
+        with_socket(&too_long).validate(),
+        Err(ValidationError::AgentSocketTooLong {
+            path: too_long.clone().into(),
+            len: MAX_SOCKET_PATH + 1
+        })
+    );
+    // It counts: with 30 disks and a NIC it is the 32nd device, one more than PCI has slots.
+    let mut full = with_socket("/run/a.sock");
+    assert_eq!(full.virtio_device_count(), 3);
+    full.disks = (0..30)
+        .map(|i| DiskConfig {
+            id: format!("d{i}"),
+            ..vm().disks[0].clone()
+        })
+        .collect();
+    assert_eq!(
+        full.validate(),
+        Err(ValidationError::TooManyDevices {
+            transport: Transport::Pci,
+            count: 32,
+            max: 31
+        })
+    );
+    // JSON: absent by default, `{"socket": ...}` when there.
+    let json = r#"{"payload":{"kernel":"/k"},"agent":{"socket":"/run/a.sock"}}"#;
+    let config: VmConfig = serde_json::from_str(json).unwrap();
+    assert_eq!(config.agent, with_socket("/run/a.sock").agent);
+    let text = serde_json::to_string(&vm()).unwrap();
+    assert!(!text.contains("agent"), "{text}");
+    let bad = r#"{"payload":{"kernel":"/k"},"agent":{"socket":"/a","name":"x"}}"#;
+    assert!(serde_json::from_str::<VmConfig>(bad).is_err());
+}
+
+#[test]
 fn unknown_fields_are_rejected() {
     let json = r#"{"payload":{"kernel":"/k"},"gpus":[]}"#;
     let err = serde_json::from_str::<VmConfig>(json).unwrap_err();

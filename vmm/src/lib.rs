@@ -13,13 +13,16 @@
 //!
 //! The modules are layered; each uses only those below it:
 //! 1. [`poison`], [`error`], [`guest_memory`], [`wire`], [`lifecycle`] (the run state and exit
-//!    reasons the devices and vCPUs share), [`capabilities`] and [`seccomp`];
+//!    reasons the devices and vCPUs share), [`capabilities`] and [`seccomp`]; [`agent`] (the
+//!    QEMU guest agent protocol, which virt-launcher speaks over the guest agent port: QEMU's
+//!    virtio-serial one, or this VMM's virtio-console) uses none of the others;
 //! 2. [`arch`]; [`devices`]; then [`vstate`] (KVM state, with the KVM side of the devices'
 //!    buses and interrupts);
 //! 3. [`loader`], [`acpi`], [`config`], [`console`], [`payload`] (step 5 of a boot);
 //! 4. [`vmm`] (the handle of a running VM), then [`reset`], [`builder`] and [`migration`].
 
 pub mod acpi;
+pub mod agent;
 pub mod arch;
 pub mod builder;
 pub mod capabilities;

@@ -33,7 +33,8 @@ use std::time::Duration;
 use clap::Parser;
 use vmm::capability::{self, KvmCapability, NEEDS_HARDWARE_VIRT};
 use vmm::config::{
-    ConsoleConfig, DiskConfig, NetConfig, RngConfig, Transport, VmConfig, VsockConfig,
+    AgentChannelConfig, ConsoleConfig, DiskConfig, NetConfig, RngConfig, Transport, VmConfig,
+    VsockConfig,
 };
 use vmm::error::error_chain;
 use vmm::lifecycle::{ResetPolicy, VmExit};
@@ -69,6 +70,10 @@ struct Args {
     /// Add a virtio-rng fed from /dev/urandom.
     #[arg(long)]
     rng: bool,
+    /// The guest agent channel: a virtio-console port `org.qemu.guest_agent.0` whose host side
+    /// is this unix socket (the VMM listens on it).
+    #[arg(long)]
+    agent_socket: Option<PathBuf>,
     /// Serial console: off, null, tty, file:PATH or socket:PATH.
     #[arg(long)]
     serial: Option<String>,
@@ -176,6 +181,11 @@ fn build_config(args: &Args) -> Result<VmConfig, String> {
     }
     if args.rng {
         config.rng = Some(RngConfig::default());
+    }
+    if let Some(socket) = &args.agent_socket {
+        config.agent = Some(AgentChannelConfig {
+            socket: socket.clone(),
+        });
     }
     if let Some(serial) = &args.serial {
         config.serial = parse_console(serial)?;

@@ -17,6 +17,9 @@
 //!   tap, `fdatasync` for a flush.
 //! - [`ThreadKind::VsockWorker`]: epoll and eventfds as a worker, and Unix stream sockets,
 //!   which it connects to the host side of guest-initiated connections.
+//! - [`ThreadKind::ConsoleWorker`]: epoll and eventfds as a worker, and the client of the
+//!   console's listening socket, which it accepts, reads and writes (no `socket`, no
+//!   `connect`).
 //!
 //! Not one of them may execute a program, create a process (`clone` without `CLONE_THREAD`;
 //! `clone3`, whose flags a filter cannot read, fails with ENOSYS so glibc falls back to
@@ -63,6 +66,7 @@ pub enum ThreadKind {
     Vcpu = 1,
     Worker = 2,
     VsockWorker = 3,
+    ConsoleWorker = 4,
 }
 
 impl ThreadKind {
@@ -71,6 +75,7 @@ impl ThreadKind {
             1 => "vCPU",
             2 => "device worker",
             3 => "vsock device worker",
+            4 => "console device worker",
             _ => "unfiltered",
         }
     }
@@ -339,19 +344,30 @@ const SOCKETS: &[libc::c_long] = &[
     libc::SYS_getpeername,
 ];
 
+/// The console worker's client socket: accepted from the listener the device bound, then
+/// read and written (`recvfrom`, `sendto` underneath std's `read` and `write` on sockets).
+const ACCEPTED_SOCKETS: &[libc::c_long] =
+    &[libc::SYS_accept4, libc::SYS_sendto, libc::SYS_recvfrom];
+
 /// ioctl types a filtered thread may use: KVM's (0xAE) and the terminal/tun one ('T':
 /// FIONBIO, FIONREAD, TUNSETOFFLOAD).
 const IOCTL_TYPES: &[u64] = &[0xAE, b'T' as u64];
 
 fn rules(kind: ThreadKind) -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccompiler::BackendError> {
-    let (vcpu, io, sockets) = match kind {
+    let (vcpu, io, sockets, accepted) = match kind {
         // The vCPU thread starts the workers, so its filter holds theirs (they narrow it).
-        ThreadKind::Vcpu => (true, true, true),
-        ThreadKind::Worker => (false, true, false),
-        ThreadKind::VsockWorker => (false, false, true),
+        ThreadKind::Vcpu => (true, true, true, true),
+        ThreadKind::Worker => (false, true, false, false),
+        ThreadKind::VsockWorker => (false, false, true, false),
+        ThreadKind::ConsoleWorker => (false, false, false, true),
     };
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-    let lists = [(COMMON, true), (WORKER_IO, io), (SOCKETS, sockets)];
+    let lists = [
+        (COMMON, true),
+        (WORKER_IO, io),
+        (SOCKETS, sockets),
+        (ACCEPTED_SOCKETS, accepted),
+    ];
     for call in lists
         .iter()
         .filter(|(_, on)| *on)

@@ -132,6 +132,7 @@ fn every_kind_compiles_to_a_program_the_kernel_takes() {
         ThreadKind::Vcpu,
         ThreadKind::Worker,
         ThreadKind::VsockWorker,
+        ThreadKind::ConsoleWorker,
     ] {
         let program = program(kind).expect("compile");
         // The kernel's limit per filter (BPF_MAXINSNS).

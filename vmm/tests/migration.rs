@@ -437,6 +437,61 @@ fn a_target_with_other_devices_is_refused_and_the_source_keeps_running() {
     source.stop();
 }
 
+/// `config` with the guest agent channel listening on `socket`.
+fn with_agent(mut config: vmm::config::VmConfig, socket: &Path) -> vmm::config::VmConfig {
+    config.agent = Some(vmm::config::AgentChannelConfig {
+        socket: socket.to_path_buf(),
+    });
+    config
+}
+
+/// The guest agent channel (a virtio-console) goes with the VM: a target without one is
+/// refused; with one, the target listens on its own socket and the guest counts on. (The
+/// counter guest has no console driver; the ports a Linux driver opens travel in the nested
+/// tier and in the console's unit tests.)
+#[test]
+fn the_agent_channel_migrates_and_the_target_listens_on_its_own_socket() {
+    let scratch = Scratch::new("migrate-agent");
+    let source_serial = scratch.path("source.log");
+    let target_serial = scratch.path("target.log");
+    let (source_socket, target_socket) = (scratch.path("source.sock"), scratch.path("target.sock"));
+    let source = vmm::builder::build_and_boot(&with_agent(
+        with_rng(config("counter", &source_serial)),
+        &source_socket,
+    ))
+    .expect("boot source");
+    wait_for_count(&source_serial, 1);
+    let _client = UnixStream::connect(&source_socket).expect("the source's agent socket");
+
+    let (source_end, target_end) = UnixStream::pair().expect("socketpair");
+    let target = spawn_target(with_rng(config("counter", &target_serial)), target_end);
+    let (send, receive) = migrate_expecting_failure(
+        &source,
+        source_end,
+        target,
+        "the target has no agent channel",
+    );
+    let expected = "virtio device mismatch: the source has types [4, 3], this VM [4]";
+    assert!(receive.to_string().contains(expected), "target: {receive}");
+    assert!(error_chain(&send).contains(expected), "source: {send}");
+    assert_counts_on(&source, &source_serial);
+
+    let (_, mut target) = migrate(
+        &source,
+        with_agent(with_rng(config("counter", &target_serial)), &target_socket),
+        &MigrationOptions::default(),
+    );
+    let last = counts(&serial_log(&source_serial))
+        .last()
+        .copied()
+        .expect("a count");
+    wait_for_serial(&target_serial, "counting on the target", |log| {
+        counts(log).last().is_some_and(|n| *n >= last + 2)
+    });
+    UnixStream::connect(&target_socket).expect("the target's agent socket");
+    target.stop();
+}
+
 #[test]
 fn a_stopped_vm_cannot_be_migrated() {
     let scratch = Scratch::new("migrate-stopped");

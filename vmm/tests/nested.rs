@@ -1,5 +1,6 @@
 //! The nested-KVM tier, devices: real Linux guests on the VMM, with Linux's own virtio drivers
-//! against our devices (virtio-blk, virtio-rng, virtio-net, vsock).
+//! against our devices (virtio-blk, virtio-rng, virtio-net, vsock, the virtio-console of the
+//! guest agent channel).
 //!
 //! This host's `/dev/kvm` is PVM, on which a stock Linux kernel cannot run. Each test here is
 //! run twice over: on this host it boots an L1 VM (QEMU TCG `-cpu max`, Debian's cloud kernel
@@ -291,5 +292,147 @@ if fv-vsock connect 2 5001 </tmp/to-host >/tmp/reply; then echo "NESTED-VSOCK-RE
             "the guest received otherwise"
         );
         vm.stop();
+    });
+}
+
+/// What the guest runs on the agent port, in the background: finds the port by its name
+/// (udev would link it as /dev/virtio-ports/org.qemu.guest_agent.0; the tiny guest has no
+/// udev, the kernel's node is /dev/vportNp1), opens it, sends 256 KiB (its write waits for the
+/// host to connect), takes 256 KiB back, then answers each line it reads with `echo:` and the
+/// line, as an agent answers requests, retrying while no host is connected (reads return EOF
+/// then), as qemu-guest-agent does.
+const AGENT_PORT_SCRIPT: &str = r#"port=
+for i in $(seq 1 100); do
+    for f in /sys/class/virtio-ports/*/name; do
+        [ -f "$f" ] && [ "$(cat "$f")" = org.qemu.guest_agent.0 ] && port=/dev/$(basename "$(dirname "$f")")
+    done
+    [ -n "$port" ] && break
+    sleep 0.1
+done
+echo "NESTED-AGENT-PORTS $(ls /sys/class/virtio-ports | tr '\n' ' ')"
+echo "NESTED-AGENT-PORT ${port:-none}"
+(
+exec 3<>"$port"
+dd if=/dev/urandom of=/tmp/to-host bs=1k count=256 2>/dev/null
+echo "NESTED-AGENT-SENDING $(crc32 </tmp/to-host)"
+cat /tmp/to-host >&3
+head -c 262144 <&3 >/tmp/from-host
+echo "NESTED-AGENT-GOT $(crc32 </tmp/from-host) $(wc -c </tmp/from-host)"
+while :; do
+    if read -r line <&3; then echo "echo:$line" >&3; else sleep 0.1; fi
+done
+) &
+"#;
+
+/// Sends `line` to the guest's echo loop on the agent port and returns its answer.
+fn agent_echo(client: &mut std::os::unix::net::UnixStream, line: &str) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    client
+        .write_all(format!("{line}\n").as_bytes())
+        .expect("write to the agent port");
+    let mut answer = String::new();
+    BufReader::new(client.try_clone().expect("clone the stream"))
+        .read_line(&mut answer)
+        .expect("the guest's answer");
+    answer.trim_end().to_string()
+}
+
+#[test]
+fn guest_agent_port_carries_bytes_and_survives_migration() {
+    let name = "guest_agent_port_carries_bytes_and_survives_migration";
+    let dir = work_dir(name);
+    let mut files = guest_files();
+    if !in_l1() {
+        seed(&dir, AGENT_PORT_SCRIPT);
+    }
+    files.push(dir.clone());
+    nested_test(name, &files, L1_DEADLINE, || {
+        use std::io::Write;
+        use std::os::unix::net::UnixStream;
+        let (source_serial, target_serial) = (dir.join("source.log"), dir.join("target.log"));
+        let (source_socket, target_socket) = (dir.join("source.sock"), dir.join("target.sock"));
+        let config = |serial: &std::path::Path, socket: &std::path::Path| {
+            let mut config = linux(serial);
+            config.disks = vec![disk(&dir.join("cidata.iso"), true)];
+            config.agent = Some(vmm::config::AgentChannelConfig {
+                socket: socket.to_path_buf(),
+            });
+            config
+        };
+        let source = boot(&config(&source_serial, &source_socket));
+
+        // Linux's virtio_console found the named port beside port 0.
+        let port = wait_line(
+            &source_serial,
+            "NESTED-AGENT-PORT ",
+            Duration::from_secs(120),
+        );
+        let ports = wait_line(
+            &source_serial,
+            "NESTED-AGENT-PORTS ",
+            Duration::from_secs(5),
+        );
+        println!("nested: the guest's virtio ports: {ports}; the agent's: {port}");
+        assert!(
+            port.starts_with("/dev/vport") && port.ends_with("p1"),
+            "no port named org.qemu.guest_agent.0 in the guest: {port:?} (ports: {ports})"
+        );
+
+        // Guest -> host: the guest's write waited for this connection.
+        let sending = wait_line(
+            &source_serial,
+            "NESTED-AGENT-SENDING ",
+            Duration::from_secs(60),
+        );
+        assert_crc("what the guest sends", &sending);
+        let mut client = UnixStream::connect(&source_socket).expect("connect to the agent socket");
+        client
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("set a read timeout");
+        let mut got = vec![0u8; 256 << 10];
+        client
+            .read_exact(&mut got)
+            .expect("read the guest's 256 KiB");
+        assert_eq!(crc32(&got), sending, "the guest's bytes arrived otherwise");
+
+        // Host -> guest.
+        let payload: Vec<u8> = (0..(256u32 << 10))
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+            .collect();
+        client.write_all(&payload).expect("send to the guest");
+        assert_eq!(
+            wait_line(&source_serial, "NESTED-AGENT-GOT ", Duration::from_secs(60)),
+            format!("{} {}", crc32(&payload), payload.len()),
+            "the guest received otherwise"
+        );
+        assert_eq!(
+            agent_echo(&mut client, "before the migration"),
+            "echo:before the migration"
+        );
+
+        // The port stays open in the guest across a live migration; the target listens on its
+        // own socket, where the launcher reconnects.
+        let (stats, mut target) = migrate(&source, config(&target_serial, &target_socket));
+        println!(
+            "nested: migrated with the agent port open: downtime {:?}, total {:?}",
+            stats.downtime, stats.total
+        );
+        drop(client);
+        let mut client =
+            UnixStream::connect(&target_socket).expect("connect to the target's socket");
+        client
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("set a read timeout");
+        assert_eq!(
+            agent_echo(&mut client, "after the migration"),
+            "echo:after the migration"
+        );
+        // A new client replaces the old one.
+        let mut again = UnixStream::connect(&target_socket).expect("connect again");
+        again
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("set a read timeout");
+        assert_eq!(agent_echo(&mut again, "a new client"), "echo:a new client");
+        target.stop();
     });
 }

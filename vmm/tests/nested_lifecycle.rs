@@ -177,7 +177,8 @@ const ROOTDISK_UUID: &str = "3c4c5cf2-47b6-4c1f-8e0a-6f3c0d1e2a01";
 
 /// Boots Debian's stock cloud kernel and its initramfs (`stock/`) on the PCI machine with the
 /// `vmm` command: a copy of the tiny root disk found by `root=UUID=`, a seed disk, a NIC on
-/// tap `fvtap0` and virtio-rng; returns the child and its serial log's path.
+/// tap `fvtap0`, virtio-rng and the guest agent channel on `<run>-agent.sock`; returns the
+/// child and its serial log's path.
 fn spawn_stock_kernel(dir: &Path, vmm_bin: &Path, run: &str) -> (std::process::Child, PathBuf) {
     let serial = dir.join(format!("{run}.log"));
     let root = dir.join(format!("{run}-root.img"));
@@ -199,6 +200,8 @@ fn spawn_stock_kernel(dir: &Path, vmm_bin: &Path, run: &str) -> (std::process::C
             dir.join(format!("{run}-seed/cidata.iso")).display()
         ))
         .args(["--net", "fvtap0,52:54:00:12:34:57"])
+        .arg("--agent-socket")
+        .arg(dir.join(format!("{run}-agent.sock")))
         .arg("--serial")
         .arg(format!("file:{}", serial.display()))
         .args(["--shutdown-grace", "90"])
@@ -223,6 +226,9 @@ fn debians_stock_kernel_boots_on_the_pci_machine_and_powers_off() {
 echo "NESTED-PCI $(for d in /sys/bus/pci/devices/*; do basename "$(readlink "$d/driver")"; done | sort | uniq -c | tr -s ' \n' '  ')"
 echo "NESTED-MSIX $(grep -c PCI-MSI /proc/interrupts)"
 if ping -c 2 -W 5 10.78.0.1 >/dev/null 2>&1; then echo "NESTED-NET ok"; else echo "NESTED-NET failed"; fi
+agent=$(for f in /sys/class/virtio-ports/*/name; do [ "$(cat "$f" 2>/dev/null)" = org.qemu.guest_agent.0 ] && basename "$(dirname "$f")"; done)
+echo "NESTED-AGENT-PORT ${agent:-none}"
+[ -n "$agent" ] && (timeout 120 sh -c "echo hello-over-pci >/dev/$agent" &)
 "#;
     if !in_l1() {
         let net = |address: &str| NoCloudSeed {
@@ -267,6 +273,22 @@ if ping -c 2 -W 5 10.78.0.1 >/dev/null 2>&1; then echo "NESTED-NET ok"; else ech
             wait_line(&serial, "NESTED-NET ", Duration::from_secs(60)),
             "ok"
         );
+        // Debian's virtio_console module found the guest agent's port over virtio-pci, and
+        // what the guest writes into it reaches the socket.
+        let agent = wait_line(&serial, "NESTED-AGENT-PORT ", Duration::from_secs(30));
+        assert!(
+            agent.starts_with("vport") && agent.ends_with("p1"),
+            "no org.qemu.guest_agent.0 port in the guest: {agent:?}"
+        );
+        let client = std::os::unix::net::UnixStream::connect(dir.join("sigterm-agent.sock"))
+            .expect("connect to the agent socket");
+        client
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("set a read timeout");
+        let mut hello = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(client), &mut hello)
+            .expect("read the guest's line");
+        assert_eq!(hello, "hello-over-pci\n");
         wait_for_serial(&serial, "a login prompt", |log| log.contains("login:"));
         println!(
             "nested: Debian's stock kernel on the PCI machine: login prompt {:.1} s after start; \

@@ -120,6 +120,68 @@ fn the_pci_machine_answers_through_port_io_and_ecam() {
     }
 }
 
+/// The guest agent channel comes after the other virtio devices, which keep their slots: on
+/// PCI a virtio-console function (1af4:1043, communication controller) with six queues; its
+/// socket listens from the moment the machine is built.
+#[test]
+fn the_agent_channel_is_the_last_virtio_device_and_listens() {
+    let scratch = Scratch::new("agent");
+    let socket = scratch.0.join("agent.sock");
+    let disk = scratch.0.join("disk.img");
+    std::fs::write(&disk, vec![0u8; 1 << 20]).unwrap();
+    // A stale socket file from an earlier VM is replaced.
+    std::fs::write(&socket, b"stale").unwrap();
+    let config = VmConfig {
+        payload: PayloadConfig {
+            kernel: "/not/loaded/by/build_machine".into(),
+            ..Default::default()
+        },
+        memory: MemoryConfig { size: 64 << 20 },
+        disks: vec![DiskConfig {
+            id: "disk0".into(),
+            path: disk,
+            readonly: false,
+        }],
+        rng: Some(RngConfig::default()),
+        agent: Some(crate::config::AgentChannelConfig {
+            socket: socket.clone(),
+        }),
+        serial: ConsoleConfig::Null,
+        transport: Transport::Pci,
+        ..VmConfig::default()
+    };
+    let machine = build_machine(&config).expect("build the PCI machine");
+    assert_eq!(pio_config_read(&machine, 1, 0), 0x1042_1af4, "virtio-blk");
+    assert_eq!(pio_config_read(&machine, 2, 0), 0x1044_1af4, "virtio-rng");
+    assert_eq!(
+        pio_config_read(&machine, 3, 0),
+        0x1043_1af4,
+        "virtio-console"
+    );
+    assert_eq!(
+        pio_config_read(&machine, 3, 8) >> 8,
+        0x07_80_00,
+        "class code"
+    );
+    assert_eq!(pio_config_read(&machine, 4, 0), 0xffff_ffff, "empty slot");
+    assert_eq!(mmio_read(&machine, bar0(&machine, 3) + 0x12, 2), Some(6));
+    std::os::unix::net::UnixStream::connect(&socket).expect("the agent socket listens");
+    drop(machine);
+
+    // The same order on virtio-mmio.
+    let mmio = VmConfig {
+        transport: Transport::Mmio,
+        ..config
+    };
+    let machine = build_machine(&mmio).expect("build the virtio-mmio machine");
+    let types: Vec<u32> = machine
+        .virtio
+        .iter()
+        .map(|t| t.lock().unwrap().device_type())
+        .collect();
+    assert_eq!(types, vec![2, 4, 3]);
+}
+
 #[test]
 fn a_relocated_bar_takes_its_ioeventfds_along() {
     let scratch = Scratch::new("relocate");

@@ -3,7 +3,8 @@
 //! 1. validate the config;
 //! 2. map guest memory, create the KVM VM (memory slots, TSS, irqchip, PIT);
 //! 3. legacy devices on the I/O bus: COM1 (irq 4) to its console, i8042 (irq 1), power-off port;
-//! 4. the virtio devices, in order disks, nets, rng, vsock, on the configured transport:
+//! 4. the virtio devices, in order disks, nets, rng, vsock, the guest agent channel (a
+//!    virtio-console), on the configured transport:
 //!    * mmio: device `i` at `0xd0000000 + i * 0x1000`, irq `5 + i`, each queue's notify register
 //!      bound to an eventfd (KVM ioeventfd with the queue index as datamatch), the interrupt to
 //!      an irqfd;
@@ -38,6 +39,7 @@ use crate::devices::legacy::serial::{feed_input, SerialDevice};
 use crate::devices::legacy::{COM1_BASE, COM1_IRQ, I8042_DATA_PORT, I8042_IRQ, POWER_OFF_PORT};
 use crate::devices::virtio::block::request::RawFile;
 use crate::devices::virtio::block::Block;
+use crate::devices::virtio::console::VirtioConsole;
 use crate::devices::virtio::mmio::{CreateTransportError, MmioTransport, REG_QUEUE_NOTIFY};
 use crate::devices::virtio::net::tap::{Tap, TapError};
 use crate::devices::virtio::net::Net;
@@ -83,6 +85,8 @@ pub enum StartVmError {
     OpenRng(PathBuf, #[source] std::io::Error),
     #[error("bind vsock socket {0}")]
     Vsock(PathBuf, #[source] std::io::Error),
+    #[error("bind the guest agent channel's socket {0}")]
+    AgentChannel(PathBuf, #[source] std::io::Error),
     #[error("too many virtio devices: irq {0} is past the last IOAPIC pin (or GSI)")]
     TooManyDevices(u32),
     #[error("set the GSI routing table")]
@@ -351,6 +355,11 @@ fn virtio_devices(config: &VmConfig) -> Result<Vec<Box<dyn VirtioDevice>>, Start
     if let Some(vsock) = &config.vsock {
         let device = Vsock::new(vsock.cid, &vsock.socket)
             .map_err(|e| StartVmError::Vsock(vsock.socket.clone(), e))?;
+        devices.push(Box::new(device));
+    }
+    if let Some(agent) = &config.agent {
+        let device = VirtioConsole::new(&agent.socket)
+            .map_err(|e| StartVmError::AgentChannel(agent.socket.clone(), e))?;
         devices.push(Box::new(device));
     }
     Ok(devices)

@@ -38,9 +38,11 @@
 //!    that it has a writable disk of the same size in that slot, writes the blocks into its own
 //!    file and flushes it before it reports ready.
 //! 4. source -> target `STATE`: the VM (PICs, IOAPIC, PIT, KVM clock), each vCPU (see
-//!    [`state`]), COM1, the i8042 and each virtio transport; on the PCI machine each device's
-//!    configuration space, vectors and MSI-X table and PBA, then the host bridge and the ACPI
-//!    PM registers ([`pci_state`]); then `END`. The target maps the BARs where the source's
+//!    [`state`]), COM1, the i8042 and each virtio transport (with, for the virtio-console of
+//!    the guest agent channel, which ports the driver readied and opened, what it was last
+//!    told of the host side, and the control messages it has yet to receive); on the PCI
+//!    machine each device's configuration space, vectors and MSI-X table and PBA, then the host
+//!    bridge and the ACPI PM registers ([`pci_state`]); then `END`. The target maps the BARs where the source's
 //!    guest had put them, routes the MSI-X vectors again and raises the level-triggered lines
 //!    that still have something pending.
 //! 5. target -> source `REPLY` ready: the target has restored everything; it then runs (unless
@@ -53,7 +55,10 @@
 //!
 //! Limits: host-side connections of virtio-vsock and a frame virtio-net had read from its tap
 //! but not yet delivered do not travel (the target opens its own tap and vsock socket from its
-//! config). Read-only disks are not copied: the target must have the same image.
+//! config). Nor does the guest agent channel's client or the bytes in flight to or from it:
+//! the target listens on the socket its own config names, tells the guest the host side
+//! closed if a client was connected to the source, and serves the client that connects (the
+//! launcher reconnects). Read-only disks are not copied: the target must have the same image.
 
 mod disk;
 mod memory;

@@ -112,6 +112,7 @@ mod tests {
                     avail_ring: 0x10_1000,
                     used_ring: 0x10_2000,
                 }],
+                device_state: vec![1, 2, 3],
             },
             config_vector: 0,
             queue_vectors: vec![1],

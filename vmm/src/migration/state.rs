@@ -1,5 +1,6 @@
 //! Saving and restoring device state as records of the STATE section: COM1, the i8042 and each
-//! virtio-mmio transport (the PCI machine's own state is [`super::pci_state`]).
+//! virtio-mmio transport, with the device's own state when it has any (the console's ports),
+//! after its queues (the PCI machine's own state is [`super::pci_state`]).
 //!
 //! The vCPU and VM records (KVM's state) are [`crate::vstate::state`]'s, re-exported here.
 //!
@@ -89,6 +90,11 @@ pub fn encode_transport(s: &TransportState) -> Vec<u8> {
             .u64(q.avail_ring)
             .u64(q.used_ring);
     }
+    // Only devices with state of their own add it, so that the others' records are those of
+    // earlier versions.
+    if !s.device_state.is_empty() {
+        e.bytes(&s.device_state);
+    }
     e.0
 }
 
@@ -105,6 +111,7 @@ pub fn decode_transport(bytes: &[u8], index: usize) -> Result<TransportState, Wi
         broken: d.u8()? != 0,
         activated: d.u8()? != 0,
         queues: Vec::new(),
+        device_state: Vec::new(),
     };
     let count = d.count(64, "queues")?;
     for _ in 0..count {
@@ -116,6 +123,9 @@ pub fn decode_transport(bytes: &[u8], index: usize) -> Result<TransportState, Wi
             avail_ring: d.u64()?,
             used_ring: d.u64()?,
         });
+    }
+    if !d.is_empty() {
+        s.device_state = d.bytes()?.to_vec();
     }
     d.finish()?;
     Ok(s)
@@ -158,6 +168,7 @@ mod tests {
                 avail_ring: 0x10_0100,
                 used_ring: 0x10_0200,
             }],
+            device_state: Vec::new(),
         };
         let bytes = encode_transport(&transport);
         assert_eq!(decode_transport(&bytes, 0).unwrap(), transport);
@@ -166,5 +177,17 @@ mod tests {
             .to_string()
             .starts_with("malformed virtio device 0 state"));
         assert!(decode_serial(&[1, 2]).is_err());
+
+        // A device with state of its own adds it after the queues; without, the record ends
+        // there, as in earlier versions.
+        let with_state = TransportState {
+            device_state: vec![1, 0, 2, 0, 0, 0],
+            ..transport.clone()
+        };
+        let longer = encode_transport(&with_state);
+        assert_eq!(&longer[..bytes.len()], &bytes[..]);
+        assert_eq!(longer.len(), bytes.len() + 4 + 6);
+        assert_eq!(decode_transport(&longer, 1).unwrap(), with_state);
+        assert!(decode_transport(&longer[..longer.len() - 1], 1).is_err());
     }
 }

@@ -1,11 +1,13 @@
 //! virtio over MMIO (virtio 1.x, "version 2" register layout only).
 //!
-//! Devices: block, net, rng and vsock (unix-socket host side). A device ([`VirtioDevice`]) sits behind an [`mmio::MmioTransport`] on the MMIO bus at
-//! `0xd0000000 + i * 0x1000` with IRQ `5 + i`, announced to Linux on the kernel command line as
-//! `virtio_mmio.device=4K@0xd0000000:5`. The driver negotiates features and sets up the queues
-//! through the transport's registers; on DRIVER_OK the transport hands the queues, their notify
-//! eventfds (KVM ioeventfds on the QueueNotify register) and the interrupt (a KVM irqfd) to the
-//! device, which starts a worker thread that waits on them with epoll.
+//! Devices: block, net, rng, vsock (unix-socket host side) and console (multiport, the guest
+//! agent's port on a unix socket). A device ([`VirtioDevice`]) sits behind an
+//! [`mmio::MmioTransport`] on the MMIO bus at `0xd0000000 + i * 0x1000` with IRQ `5 + i`,
+//! announced to Linux on the kernel command line as `virtio_mmio.device=4K@0xd0000000:5`.
+//! The driver negotiates features and sets up the queues through the transport's registers;
+//! on DRIVER_OK the transport hands the queues, their notify eventfds (KVM ioeventfds on the
+//! QueueNotify register) and the interrupt (a KVM irqfd) to the device, which starts a worker
+//! thread that waits on them with epoll.
 //!
 //! Everything the guest writes (queue addresses, descriptors, buffers) is untrusted: checked
 //! when used. A malformed chain is logged, the device is marked broken (status
@@ -14,6 +16,7 @@
 pub mod activation;
 pub mod block;
 pub mod chain;
+pub mod console;
 pub mod mmio;
 pub mod net;
 pub mod pci;
@@ -45,6 +48,7 @@ pub const VIRTIO_F_VERSION_1: u64 = 1 << 32;
 /// Device types (virtio spec 5).
 pub const TYPE_NET: u32 = 1;
 pub const TYPE_BLOCK: u32 = 2;
+pub const TYPE_CONSOLE: u32 = console::TYPE_CONSOLE;
 pub const TYPE_RNG: u32 = 4;
 
 /// Interrupt status bits (the virtio-mmio InterruptStatus register, the virtio-pci ISR).
@@ -180,6 +184,25 @@ pub trait VirtioDevice: Send {
     /// The disk behind the device, for a live migration to copy (virtio-blk only).
     fn disk(&self) -> Option<block::DiskHandle> {
         None
+    }
+    /// The device's own state beyond its transport's, for a live migration (taken while its
+    /// worker is paused). Empty for the devices whose registers and rings say everything; the
+    /// console's says which ports the driver readied and opened.
+    fn save_state(&self) -> Vec<u8> {
+        Vec::new()
+    }
+    /// Takes over what [`VirtioDevice::save_state`] gave on the source, before the device is
+    /// activated again. The bytes come from the source: checked, never trusted. By default
+    /// only the empty state is accepted.
+    fn restore_state(&mut self, state: &[u8]) -> Result<(), crate::wire::WireError> {
+        if state.is_empty() {
+            Ok(())
+        } else {
+            Err(crate::wire::WireError::Malformed {
+                what: format!("state of virtio device type {}", self.device_type()),
+                why: format!("{} bytes for a device that keeps none", state.len()),
+            })
+        }
     }
 }
 

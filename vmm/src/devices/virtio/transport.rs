@@ -59,6 +59,8 @@ pub struct TransportState {
     pub broken: bool,
     pub activated: bool,
     pub queues: Vec<QueueConfig>,
+    /// The device's own state ([`VirtioDevice::save_state`]); empty for most devices.
+    pub device_state: Vec<u8>,
 }
 
 /// Restoring a transport's state failed.
@@ -74,6 +76,8 @@ pub enum RestoreTransportError {
     Activate,
     #[error("the PCI state does not fit this device: {0}")]
     Pci(String),
+    #[error("the device's own state: {0}")]
+    DeviceState(String),
 }
 
 /// Creating a transport failed.
@@ -442,6 +446,7 @@ impl VirtioCore {
                     used_ring: q.used_ring(),
                 })
                 .collect(),
+            device_state: self.device.save_state(),
         }
     }
 
@@ -494,6 +499,9 @@ impl VirtioCore {
             }
         }
         self.interrupt.restore(state.interrupt_status, state.broken);
+        self.device
+            .restore_state(&state.device_state)
+            .map_err(|e| RestoreTransportError::DeviceState(e.to_string()))?;
         if state.activated {
             self.activate();
             if !self.activated {

@@ -29,7 +29,7 @@ use super::transport::{
     CreateTransportError, RestoreTransportError, TransportSnapshot, TransportState, VirtioCore,
     VirtioTransport,
 };
-use super::{Interrupt, VirtioDevice, TYPE_BLOCK, TYPE_NET};
+use super::{Interrupt, VirtioDevice, TYPE_BLOCK, TYPE_CONSOLE, TYPE_NET};
 use crate::devices::irq::{LevelLine, PendingCheck};
 use crate::devices::pci::config_space::{
     Bar, BarKind, ConfigSpace, PciHeader, COMMAND, COMMAND_INTX_DISABLE,
@@ -104,6 +104,8 @@ fn class_of(device_type: u32) -> (u8, u8, u8) {
     match device_type {
         TYPE_NET => (0x02, 0x00, 0x00),
         TYPE_BLOCK => (0x01, 0x00, 0x00),
+        // Simple communication controller, other (QEMU's class for virtio-serial).
+        TYPE_CONSOLE => (0x07, 0x80, 0x00),
         _ => (0xff, 0x00, 0x00),
     }
 }
