@@ -8,12 +8,14 @@
 ///
 /// From the KVM VMM's interrupt layout: each virtio-mmio device gets its own IOAPIC pin, from
 /// GSI `vmm::arch::VIRTIO_FIRST_IRQ` (5) to `vmm::arch::LAST_IRQ` (23), which is
-/// `vmm::MAX_VIRTIO_DEVICES` = 19; `vmm::builder` refuses the 20th (`TooManyDevices`).
+/// `vmm::MAX_VIRTIO_DEVICES` = 19; `vmm::builder` refuses the 20th (`TooManyDevices`). One of
+/// them is the guest agent channel (a virtio-console) that the launcher gives every VM, which
+/// leaves 18 for the VMI's own devices.
 ///
 /// The QEMU TCG fallback (`-M microvm,acpi=off`) has fewer: QEMU's microvm makes 8 virtio-mmio
 /// transports when ACPI is off (24 only with its second IOAPIC, which needs ACPI), so a VMI
 /// with more than 8 devices that lands on that backend fails when QEMU starts.
-pub const MAX_DEVICES: usize = 19;
+pub const MAX_DEVICES: usize = 18;
 
 /// Most vCPUs (sockets x cores x threads) a VMI may have: `vmm::config::MAX_VCPUS`.
 pub const MAX_VCPUS: u32 = 32;

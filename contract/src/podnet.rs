@@ -110,7 +110,7 @@ impl MasqueradePlan {
         Ok(MasqueradePlan {
             tap: tap.to_string(),
             gateway: Ipv4Addr::from(network + 1),
-            guest: Ipv4Addr::from(network + 2),
+            guest: guest_address(Ipv4Addr::from(network)),
             prefix,
             guest_mac,
             ports,
@@ -189,6 +189,11 @@ impl MasqueradePlan {
         }
         commands
     }
+}
+
+/// The guest's address on the masquerade network `network` (its second address).
+pub fn guest_address(network: Ipv4Addr) -> Ipv4Addr {
+    Ipv4Addr::from(u32::from(network).wrapping_add(2))
 }
 
 fn mask(prefix: u8) -> u32 {
