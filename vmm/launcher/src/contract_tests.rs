@@ -15,8 +15,9 @@ use crate::volumes::plan::{plan_volume, VolumeSource};
 fn limits_are_within_what_the_vmm_can_do() {
     const {
         assert!(
-            MAX_DEVICES <= vmm::MAX_VIRTIO_DEVICES,
-            "contract::limits::MAX_DEVICES admits more virtio devices than the VMM has slots for"
+            MAX_DEVICES + 1 <= vmm::MAX_VIRTIO_DEVICES,
+            "contract::limits::MAX_DEVICES and the guest agent channel need more virtio devices \
+             than the VMM has slots for"
         );
         assert!(
             MAX_VCPUS <= vmm::config::MAX_VCPUS as u32,
@@ -61,7 +62,11 @@ fn a_vmi_at_the_device_limit_converts_within_the_vmm_slots() {
         + usize::from(config.rng.is_some())
         + usize::from(config.vsock.is_some());
     assert_eq!(devices, MAX_DEVICES);
-    assert!(devices <= vmm::MAX_VIRTIO_DEVICES);
+    assert!(
+        config.agent.is_some(),
+        "every VM has the guest agent channel"
+    );
+    assert!(devices + 1 <= vmm::MAX_VIRTIO_DEVICES);
 
     let json = serde_json::to_vec(&vmi_with_disks(MAX_DEVICES)).unwrap();
     let err = admit_vmi(&json).expect_err("one past the limit is refused");

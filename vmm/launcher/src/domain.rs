@@ -103,6 +103,8 @@ impl DomainInfo {
                 KernelOrigin::Guestless => v1::BootOrigin::Guestless,
             }
             .into(),
+            // The launcher adds the guest agent's report, which it keeps apart.
+            guest_agent: None,
         }
     }
 }

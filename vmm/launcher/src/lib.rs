@@ -10,17 +10,20 @@
 //! 5. prepare its volumes: containerDisk copies, emptyDisks, the cloud-init seed ([`volumes`]);
 //! 6. set up the pod network when the VM has an interface ([`network`]), and boot;
 //! 7. relay the serial console to `console-sock` ([`console`]) and push every domain state
-//!    change to the handler's notify socket ([`server::notify`]).
+//!    change to the handler's notify socket ([`server::notify`]);
+//! 8. poll the guest agent, when the backend has its channel ([`agent`]), for the domain's
+//!    `guest_agent` report; its changes are domain events too.
 //!
 //! The modules are layered, each using only those before it: [`util`] (error chains, `PATH`
 //! lookups) at the bottom, then the pure [`converter`] (the volume plan among its pieces), then
 //! the I/O of one concern each ([`volumes`], then [`discovery`]; [`network`]; [`backend`], then
-//! [`domain`], the launcher's record of its VM; [`console`]), and [`server`] on top.
+//! [`domain`], the launcher's record of its VM; [`console`]; [`agent`]), and [`server`] on top.
 //!
 //! What it shares with virt-handler and virt-controller (the `launcher.v1` API, the socket
 //! names, the directories, the limits) is the `contract` crate.
 #![forbid(unsafe_code)]
 
+pub mod agent;
 pub mod backend;
 pub mod console;
 #[cfg(test)]

@@ -8,8 +8,13 @@
 //! a `/boot/grub/grub.cfg` written by grub-mkconfig, GPT with an ext4 root. Nothing in it is
 //! made for Ferrovirt. The test checks, on the serial console: Debian's kernel banner, systemd
 //! starting, the `runcmd` of the userData (cloud-init ran it), the `login:` prompt; then logs in
-//! with the user and password the userData created and runs a command; then a graceful
-//! Shutdown reaches systemd, which powers the VM off within the grace period.
+//! with the user and password the userData created and runs a command. The image has
+//! qemu-guest-agent: the launcher's poller connects to it over the VM's
+//! `org.qemu.guest_agent.0` channel and reports what it says in the domain (Debian 12, the
+//! image's kernel, the root filesystem on the disk whose serial is `rootdisk`, the user logged
+//! in on the console); SoftReboot, refused before the agent is up, reboots the guest through it
+//! once it is, in the same QEMU. Then a graceful Shutdown reaches systemd, which powers the VM
+//! off within the grace period.
 
 mod common;
 
@@ -20,7 +25,60 @@ use common::debian_cloud::{
 };
 use common::*;
 use contract::proto::v1;
+use tonic::transport::Channel;
 use v1::DomainState;
+
+type Client = v1::launcher_client::LauncherClient<Channel>;
+
+/// Polls GetDomain until the guest agent report satisfies `ready`, with a deadline; returns the
+/// report.
+async fn wait_agent(
+    client: &mut Client,
+    what: &str,
+    timeout: Duration,
+    process: &LauncherProcess,
+    ready: impl Fn(&v1::GuestAgent) -> bool,
+) -> v1::GuestAgent {
+    let start = Instant::now();
+    loop {
+        let agent = domain(client).await.guest_agent.unwrap_or_default();
+        if ready(&agent) {
+            return agent;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "the guest agent report: {what} not within {timeout:?}; last report {agent:?}
+             launcher log:
+{}",
+            process.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// How long after the call the guest agent report first says connected (GetDomain every
+/// 250 ms), or `None` within `timeout`.
+async fn first_connected(mut client: Client, timeout: Duration) -> Option<Duration> {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        let report = domain(&mut client).await.guest_agent;
+        if report.is_some_and(|a| a.connected) {
+            return Some(start.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    None
+}
+
+/// SoftReboot must be refused while the agent is not connected, in KubeVirt's words.
+async fn assert_soft_reboot_refused(client: &mut Client) {
+    let refused = client
+        .soft_reboot(v1::VmiRequest::default())
+        .await
+        .expect_err("SoftReboot without a guest agent");
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused}");
+    assert_eq!(refused.message(), "VMI does not have guest agent connected");
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_debian_cloud_image_boots_and_applies_its_cloud_init() {
@@ -48,6 +106,13 @@ async fn a_debian_cloud_image_boots_and_applies_its_cloud_init() {
         domain.boot
     );
     wait_state(&mut client, DomainState::Running, Duration::from_secs(60)).await;
+    // The QEMU VM has the guest agent channel; nothing answers on it yet (the guest takes
+    // minutes to boot under TCG), so a soft reboot is refused.
+    let agent = domain.guest_agent.clone().expect("a guest agent report");
+    assert!(!agent.connected, "{agent:?}");
+    assert_soft_reboot_refused(&mut client).await;
+    // When the agent connects, seen from GetDomain while the guest boots.
+    let agent_watch = tokio::spawn(first_connected(client.clone(), Duration::from_secs(300)));
 
     // Everything under TCG is slow (systemd, four cloud-init stages in Python): generous
     // deadlines, times printed, never asserted.
@@ -131,6 +196,106 @@ async fn a_debian_cloud_image_boots_and_applies_its_cloud_init() {
     println!("in the guest: {}", line.trim());
     assert!(line.contains(&format!("who={USER} ")), "{line}");
     assert!(line.contains("debian=12."), "{line}");
+
+    // The guest agent (Debian's qemu-guest-agent, started by udev when the port appears)
+    // answers the launcher's poller; the report says what the guest is.
+    match agent_watch.await.expect("the agent watch") {
+        Some(after) => println!("guest agent connected {after:?} after SyncVMI"),
+        None => println!("guest agent not connected within 300 s of SyncVMI"),
+    }
+    let logged_in = Instant::now();
+    let agent = wait_agent(
+        &mut client,
+        "connected",
+        Duration::from_secs(300),
+        &process,
+        |a| a.connected,
+    )
+    .await;
+    println!(
+        "guest agent {} connected (seen {:?} after SyncVMI, {:?} after the login)",
+        agent.version,
+        synced.elapsed(),
+        logged_in.elapsed()
+    );
+    let os = agent.os.clone().expect("the guest's OS info");
+    println!("guest OS: {os:?}, hostname {:?}", agent.hostname);
+    assert_eq!(os.id, "debian", "{os:?}");
+    assert_eq!(os.version_id, "12", "{os:?}");
+    assert!(os.name.contains("Debian"), "{os:?}");
+    assert_eq!(&os.kernel_release, release, "{os:?}");
+    assert!(!agent.hostname.is_empty(), "{agent:?}");
+    let root = agent
+        .filesystems
+        .iter()
+        .find(|fs| fs.mount_point == "/")
+        .unwrap_or_else(|| panic!("no / among {:?}", agent.filesystems));
+    println!("guest root filesystem: {root:?}");
+    assert_eq!(root.file_system_type, "ext4", "{root:?}");
+    assert!(
+        root.disks.iter().any(|d| d.serial == "rootdisk"),
+        "the root filesystem is not on the disk with serial rootdisk: {root:?}"
+    );
+    // The console login shows among the users (the report of a poll after the login).
+    let agent = wait_agent(
+        &mut client,
+        "the console user",
+        Duration::from_secs(60),
+        &process,
+        |a| a.connected && a.users.iter().any(|u| u.user_name == USER),
+    )
+    .await;
+    println!("guest users: {:?}", agent.users);
+
+    // SoftReboot: the agent reboots the guest; the VM stays, the same QEMU runs on.
+    let before = common::domain(&mut client).await;
+    let before_reboot = console.text().len();
+    let asked = Instant::now();
+    let rebooted = client
+        .soft_reboot(v1::VmiRequest::default())
+        .await
+        .unwrap_or_else(|s| {
+            panic!(
+                "SoftReboot: {s}
+launcher log:
+{}",
+                process.log_text()
+            )
+        })
+        .into_inner()
+        .domain
+        .expect("domain");
+    assert_eq!(
+        rebooted.state,
+        DomainState::Running as i32,
+        "{}",
+        rebooted.reason
+    );
+    let banner_again = wait_after(
+        &console,
+        before_reboot,
+        &format!("Linux version {release}"),
+        boot,
+        &process,
+    );
+    println!(
+        "the kernel banner again {:?} after SoftReboot",
+        asked.elapsed()
+    );
+    assert!(
+        console.text()[before_reboot..banner_again].contains("reboot"),
+        "no reboot before the second banner:
+{}",
+        &console.text()[before_reboot..banner_again]
+    );
+    // systemd is up again (the power button of the Shutdown below needs logind).
+    wait_after(&console, banner_again, "login: ", boot, &process);
+    println!("login prompt again {:?} after SoftReboot", asked.elapsed());
+    let after = wait_state(&mut client, DomainState::Running, Duration::from_secs(10)).await;
+    let pid = |d: &v1::Domain| d.stats.as_ref().map_or(0, |s| s.vmm_pid);
+    let uptime = |d: &v1::Domain| d.stats.as_ref().map_or(0, |s| s.uptime_ms);
+    assert_eq!(pid(&after), pid(&before), "a new QEMU");
+    assert!(uptime(&after) > uptime(&before), "the domain was restarted");
 
     // Only Debian's kernel booted, never the launcher's bundled one.
     let text = console.text();

@@ -204,6 +204,35 @@ fn a_debian_cloud_image_boots_to_its_login_prompt_on_the_kvm_vmm_and_powers_off(
     });
 }
 
+/// Polls `GetDomain` until the guest agent answers the launcher, within `timeout`.
+async fn wait_for_agent(
+    client: &mut v1::launcher_client::LauncherClient<tonic::transport::Channel>,
+    timeout: Duration,
+) -> v1::GuestAgent {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let domain = client
+            .get_domain(v1::GetDomainRequest {})
+            .await
+            .expect("GetDomain")
+            .into_inner()
+            .domain
+            .expect("a domain");
+        let agent = domain
+            .guest_agent
+            .expect("the KVM backend's guest agent report");
+        if agent.connected {
+            return agent;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the guest agent did not answer within {timeout:?}: {}",
+            agent.error
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
 /// The image the user brings: Debian 12 built from Debian packages (its cloud kernel, the
 /// initramfs initramfs-tools made for it, systemd, cloud-init), found and booted from its own
 /// `/boot` by the launcher on the KVM backend, with a NoCloud seed; the launcher's bundled
@@ -270,6 +299,23 @@ async fn debian_cloud_body() {
     wait_after(&console, banner, RUNCMD_MARKER, boot, &process);
     println!(
         "nested: cloud-init's runcmd {:.1} s after SyncVMI",
+        started.elapsed().as_secs_f64()
+    );
+    // The image's qemu-guest-agent on the VMM's virtio-console port org.qemu.guest_agent.0.
+    let agent = wait_for_agent(&mut client, boot).await;
+    let os = agent.os.unwrap_or_default();
+    assert_eq!(
+        (
+            os.id.as_str(),
+            os.version_id.as_str(),
+            os.kernel_release.as_str()
+        ),
+        ("debian", "12", release.as_str()),
+        "the guest agent's OS"
+    );
+    println!(
+        "nested: the guest agent (version {}) answered {:.1} s after SyncVMI",
+        agent.version,
         started.elapsed().as_secs_f64()
     );
     // A graceful stop: the ACPI power button; systemd powers the guest off (ACPI S5).

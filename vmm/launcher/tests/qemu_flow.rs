@@ -2,7 +2,8 @@
 //! `vmi-nocloud.yaml` (containerDisk from guest-images + cloudInitNoCloud + emptyDisk): SyncVMI,
 //! Running, the guest's ready marker and its cloud-init user-data output on `console-sock`,
 //! Pause (the guest's counter stops) and Unpause (it goes on), Shutdown within the grace period,
-//! and the domain events pushed to the handler's notify socket.
+//! and the domain events pushed to the handler's notify socket. The guest runs no guest agent:
+//! SoftReboot is refused.
 
 mod common;
 
@@ -136,6 +137,17 @@ async fn nocloud_vmi_on_qemu_tcg() {
         again.domain.map(|d| d.stats.map(|s| s.vmm_pid)),
         Some(running.stats.as_ref().map(|s| s.vmm_pid))
     );
+
+    // QEMU gives the VM the guest agent channel, but the tiny guest runs no agent: the report
+    // says it is not connected, and a soft reboot is refused as KubeVirt refuses it.
+    let agent = running.guest_agent.clone().expect("a guest agent report");
+    assert!(!agent.connected, "{agent:?}");
+    let refused = client
+        .soft_reboot(v1::VmiRequest::default())
+        .await
+        .expect_err("SoftReboot without a guest agent");
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused}");
+    assert_eq!(refused.message(), "VMI does not have guest agent connected");
 
     let boot = Duration::from_secs(180);
     let ready = console.wait_for(guest_images::READY_MARKER, boot);

@@ -333,6 +333,13 @@ impl Backend for KvmVm {
         }
     }
 
+    /// None: the VMM has no virtio-console with the multiport feature yet (virtio-serial: named
+    /// ports beside the console, hvc0), so there is no `org.qemu.guest_agent.0` port for
+    /// qemu-guest-agent to open, and GetDomain reports no guest agent for this backend.
+    fn guest_agent_socket(&self) -> Option<std::path::PathBuf> {
+        self.config.agent.as_ref().map(|agent| agent.socket.clone())
+    }
+
     fn listen_incoming(&mut self, socket: &Path) -> Result<(), BackendError> {
         if self.vmm.is_some() || self.migration.is_some() {
             return Err(BackendError::Vmm(

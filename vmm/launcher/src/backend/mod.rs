@@ -20,6 +20,10 @@ use std::time::Duration;
 use vmm::capability::KvmCapability;
 use vmm::config::VmConfig;
 
+/// The guest agent channel's socket in the run directory, on both backends: the VMM (QEMU's
+/// chardev, the KVM VMM's virtio-console port) listens, the launcher connects.
+pub const AGENT_SOCKET: &str = "agent.sock";
+
 /// Which backend runs the VM.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BackendKind {
@@ -152,6 +156,10 @@ pub trait Backend: Send {
     /// The current status; notices a VMM that died.
     fn poll(&mut self) -> VmStatus;
     fn stats(&mut self) -> VmmStats;
+    /// The unix socket of the host end of the guest agent channel (`org.qemu.guest_agent.0`),
+    /// when the VM has one; the launcher connects to it and speaks the guest agent protocol
+    /// (`crate::agent`).
+    fn guest_agent_socket(&self) -> Option<PathBuf>;
     /// Receiving side: accepts the migration stream on the unix socket `socket` (the VMM was
     /// started waiting for one).
     fn listen_incoming(&mut self, _socket: &std::path::Path) -> Result<(), BackendError> {

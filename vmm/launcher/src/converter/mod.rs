@@ -23,7 +23,7 @@ pub mod volumes;
 mod fixture_tests;
 
 use api::VirtualMachineInstance;
-use vmm::config::{ValidationError, VmConfig};
+use vmm::config::{AgentChannelConfig, ValidationError, VmConfig};
 
 pub use boot::{BootChoice, Firmware, KernelOrigin};
 pub use host::{BootDiscovery, FoundKernel, HostFacts};
@@ -105,6 +105,9 @@ pub fn convert(vmi: &VirtualMachineInstance, facts: &HostFacts) -> Result<Conver
         console: console::virtio_console(spec),
         rng: rng::rng(spec),
         vsock: console::vsock(vmi, facts),
+        agent: Some(AgentChannelConfig {
+            socket: facts.run_dir.join(crate::backend::AGENT_SOCKET),
+        }),
         transport: boot::transport(boot.choice.origin),
     };
     config.validate().map_err(ConvertError::Config)?;

@@ -82,16 +82,24 @@ pub enum OpError {
     Backend(#[from] BackendError),
     #[error("{0}")]
     Migration(String),
+    /// KubeVirt's words for a soft reboot without an agent.
+    #[error("VMI does not have guest agent connected")]
+    GuestAgentNotConnected,
+    #[error("guest agent")]
+    GuestAgent(#[source] crate::agent::ChannelError),
 }
 
 impl OpError {
     pub fn code(&self) -> Code {
         match self {
-            OpError::NoVm | OpError::Gone(_) | OpError::Migration(_) => Code::FailedPrecondition,
+            OpError::NoVm
+            | OpError::Gone(_)
+            | OpError::Migration(_)
+            | OpError::GuestAgentNotConnected => Code::FailedPrecondition,
             OpError::OtherVmi(..) => Code::NotFound,
             OpError::Backend(BackendError::Exited(_)) => Code::FailedPrecondition,
             OpError::Backend(BackendError::Unsupported(_)) => Code::Unimplemented,
-            OpError::Backend(_) => Code::Internal,
+            OpError::Backend(_) | OpError::GuestAgent(_) => Code::Internal,
         }
     }
 }

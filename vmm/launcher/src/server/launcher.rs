@@ -7,10 +7,17 @@
 //! up the pod network, start the backend with its vCPUs stopped (QEMU with ACPI for a kernel
 //! from the user's disk), attach the console relay, then run the vCPUs (unless
 //! `startStrategy: Paused`). A second call while the VM exists changes nothing.
+//!
+//! The guest agent: a VM whose backend has the agent channel gets an [`AgentChannel`] when it is
+//! created (a migration target's too); its poller polls while the domain is Running and ends
+//! with the VM (a final state, the VM replaced, the launcher stopping). `GetDomain` and every
+//! domain event carry its last report; a change in it is pushed as a domain event by the
+//! monitor's [`Launcher::poll`]. `soft_reboot` reboots the guest through it. Nothing here talks
+//! to the guest while holding the VM mutex.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -22,6 +29,7 @@ use vmm::config::{ConsoleConfig, VmConfig};
 
 use super::error::{OpError, SyncError};
 use super::notify::Notifier;
+use crate::agent::{AgentChannel, Timings};
 use crate::backend::kvm::KvmVm;
 use crate::backend::qemu::{Acpi, Machine, QemuVm};
 use crate::backend::{choose, Backend, BackendChoice, BackendKind, MigrationParams, VmStatus};
@@ -98,6 +106,8 @@ struct Vm {
     /// Whether the VM has a tap: the launcher keeps `CAP_NET_ADMIN` for it (a QEMU or a domain
     /// started again opens it by name).
     has_tap: bool,
+    /// The guest agent channel, when the backend has one.
+    agent: Option<Arc<AgentChannel>>,
 }
 
 /// The launcher: settings, the console relay, the VM once there is one.
@@ -134,6 +144,7 @@ impl Launcher {
         let stats = vm.backend.stats();
         let mut domain = vm.info.to_proto(&stats, CONSOLE_SOCKET);
         domain.migration = vm.migration.as_ref().map(MigrationTrack::to_proto);
+        domain.guest_agent = vm.agent.as_ref().map(|agent| agent.report());
         domain
     }
 
@@ -148,6 +159,17 @@ impl Launcher {
         if state == DomainState::Running {
             self.give_up_capabilities(vm);
         }
+        if let Some(agent) = &vm.agent {
+            agent.set_running(state == DomainState::Running);
+            if state.is_final() {
+                agent.stop();
+            }
+        }
+        self.push_event(vm);
+    }
+
+    /// Sends the domain to the handler's notify socket, when it named one.
+    fn push_event(&self, vm: &mut Vm) {
         let socket = self
             .notify_socket
             .lock()
@@ -330,6 +352,7 @@ impl Launcher {
             backend.resume().map_err(SyncError::Boot)?;
             (DomainState::Running, "booted")
         };
+        let agent = start_agent(backend.as_ref());
         let mut vm = Vm {
             info: DomainInfo {
                 vmi: vmi_ref(&vmi),
@@ -351,6 +374,7 @@ impl Launcher {
             migration,
             console_after_migration,
             has_tap: !config.net.is_empty(),
+            agent,
         };
         self.set_state(&mut vm, state, reason);
         let domain = self.domain(&mut vm);
@@ -456,6 +480,31 @@ impl Launcher {
         }
     }
 
+    /// Asks the guest to reboot through its guest agent. The agent must be connected (KubeVirt's
+    /// FAILED_PRECONDITION otherwise); the request goes out without the VM mutex held.
+    pub fn soft_reboot(&self, vmi: &str) -> Result<v1::Domain, OpError> {
+        let agent = self.with_vm(vmi, |_, vm| {
+            Self::require_live(vm)?;
+            vm.agent
+                .as_ref()
+                .filter(|agent| agent.report().connected)
+                .map(Arc::clone)
+                .ok_or(OpError::GuestAgentNotConnected)
+        })?;
+        match agent.reboot() {
+            Ok(()) => log::info!("soft reboot: guest-shutdown (reboot) sent to the guest agent"),
+            Err(e) if e.unreachable() => {
+                log::warn!("soft reboot: {}", super::error::chain(&e));
+                return Err(OpError::GuestAgentNotConnected);
+            }
+            Err(e) => return Err(OpError::GuestAgent(e)),
+        }
+        self.with_vm(vmi, |this, vm| {
+            this.poll_vm(vm);
+            Ok(this.domain(vm))
+        })
+    }
+
     /// Starts sending the VM to the unix socket `socket` (the handler's end of the stream).
     pub fn migrate(&self, request: &v1::MigrateRequest) -> Result<v1::Domain, OpError> {
         let socket = PathBuf::from(&request.socket);
@@ -531,7 +580,18 @@ impl Launcher {
         }
     }
 
+    /// Notices what changed by itself: the VM's state, then the guest agent's report.
     fn poll_vm(&self, vm: &mut Vm) {
+        self.poll_backend(vm);
+        if vm.info.state.is_final() {
+            return;
+        }
+        if vm.agent.as_ref().is_some_and(|agent| agent.take_changed()) {
+            self.push_event(vm);
+        }
+    }
+
+    fn poll_backend(&self, vm: &mut Vm) {
         if vm.info.state.is_final() {
             return;
         }
@@ -579,9 +639,26 @@ fn vmi_ref(vmi: &VirtualMachineInstance) -> VmiRef {
     }
 }
 
-/// The VMM's own sockets must fit in a unix socket address.
+/// The guest agent channel of `backend`'s VM, polling once the VM runs; `None` when the backend
+/// has no channel, or (logged) when the poller cannot start: the VM runs without a report.
+fn start_agent(backend: &dyn Backend) -> Option<Arc<AgentChannel>> {
+    let socket = backend.guest_agent_socket()?;
+    match AgentChannel::start(socket, Timings::default()) {
+        Ok(agent) => Some(Arc::new(agent)),
+        Err(e) => {
+            log::warn!("no guest agent report: {}", super::error::chain(&e));
+            None
+        }
+    }
+}
+
+/// The VMM's own sockets must fit in a unix socket address: QMP's, the guest agent's, the
+/// serial port's and vsock's.
 fn check_sockets(config: &VmConfig, facts: &HostFacts) -> Result<(), SyncError> {
     let mut sockets = vec![facts.run_dir.join("qmp.sock")];
+    if let Some(agent) = &config.agent {
+        sockets.push(agent.socket.clone());
+    }
     if let ConsoleConfig::Socket { path } = &config.serial {
         sockets.push(path.clone());
     }

@@ -30,3 +30,40 @@ fn firmware_runs_on_qemu_or_fails_with_the_reason() {
     );
     assert_eq!(forced.code(), tonic::Code::FailedPrecondition);
 }
+
+#[test]
+fn the_guest_agent_socket_must_fit() {
+    // A run directory where qmp.sock just fits and agent.sock does not.
+    let dir = format!("/{}", "r".repeat(contract::sockets::MAX_SOCKET_PATH - 10));
+    let settings = Settings {
+        socket_dir: "/s".into(),
+        run_dir: dir.clone().into(),
+        container_disk_dir: "/cd".into(),
+        kernel_boot_dir: "/kb".into(),
+        pvc_dir: "/pvc".into(),
+        generated_disk_dir: "/d".into(),
+        default_kernel: "/k".into(),
+        default_initramfs: None,
+        no_os_disk_boots_kernel: false,
+        tap_device: "tap0".into(),
+        pod_network: false,
+        force_backend: None,
+        ovmf_dir: "/ovmf".into(),
+        drop_capabilities: false,
+    };
+    let facts = settings.host_facts(false);
+    let mut config = VmConfig {
+        serial: ConsoleConfig::Null,
+        ..VmConfig::default()
+    };
+    assert!(check_sockets(&config, &facts).is_ok());
+    config.agent = Some(vmm::config::AgentChannelConfig {
+        socket: facts.run_dir.join(crate::backend::AGENT_SOCKET),
+    });
+    let err = check_sockets(&config, &facts).unwrap_err();
+    assert!(
+        err.to_string().contains(&format!("{dir}/agent.sock")),
+        "{err}"
+    );
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+}

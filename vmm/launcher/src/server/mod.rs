@@ -198,6 +198,15 @@ impl v1::launcher_server::Launcher for LauncherService {
         .await
     }
 
+    async fn soft_reboot(
+        &self,
+        request: Request<v1::VmiRequest>,
+    ) -> Result<Response<v1::DomainResponse>, Status> {
+        let vmi = request.into_inner().vmi;
+        self.domain_call("SoftReboot", move |launcher| launcher.soft_reboot(&vmi))
+            .await
+    }
+
     async fn ping(
         &self,
         _: Request<v1::PingRequest>,

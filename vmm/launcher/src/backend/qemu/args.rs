@@ -22,6 +22,13 @@
 //! the serial console) or OVMF: its code a read-only pflash, its variables a writable pflash,
 //! the VM's own copy in the run directory. The firmware boots the disk's own boot loader; with
 //! `kernelBoot` QEMU hands it the kernel, initrd and command line (fw_cfg) instead.
+//!
+//! Every VM gets the QEMU guest agent's channel: a virtio-serial controller
+//! (`virtio-serial-device` on microvm, `virtio-serial-pci` on q35) with one port named
+//! `org.qemu.guest_agent.0` (the name qemu-guest-agent looks for), backed by a unix socket the
+//! launcher connects to ([`QemuPaths::agent`]). It comes after every other device, so that the
+//! disks and NICs keep the order (and the guest its `vda`, `vdb`, ...) they had without it; a
+//! migration's two sides build the same list.
 
 use std::path::{Path, PathBuf};
 
@@ -54,14 +61,19 @@ pub enum Machine {
     Q35(Firmware),
 }
 
-/// Where QEMU's own files go: its QMP socket, and for q35 the VM's copy of the OVMF variables
-/// and SeaBIOS's serial-console port (a 2-byte integer file).
+/// Where QEMU's own files go: its QMP socket, the guest agent's socket, and for q35 the VM's
+/// copy of the OVMF variables and SeaBIOS's serial-console port (a 2-byte integer file).
 #[derive(Clone, Debug)]
 pub struct QemuPaths {
     pub qmp: PathBuf,
+    /// The host end of the guest agent channel (QEMU listens, the launcher connects).
+    pub agent: PathBuf,
     pub ovmf_vars: PathBuf,
     pub sercon_port: PathBuf,
 }
+
+/// The name of the guest agent's virtio-serial port (qemu-guest-agent's default channel).
+pub const AGENT_PORT_NAME: &str = "org.qemu.guest_agent.0";
 
 /// SeaBIOS's `etc/sercon-port`: COM1's I/O port, little-endian (`romfile_loadint`).
 pub const SERCON_PORT: [u8; 2] = 0x3f8u16.to_le_bytes();
@@ -148,13 +160,20 @@ pub fn qemu_args(
         push(&["-append", cmdline.trim()]);
     }
     // The transport, and on q35 what the firmware boots from: the disks in their order.
-    let (blk, net, rng, bootindex) = if q35 {
-        ("virtio-blk-pci", "virtio-net-pci", "virtio-rng-pci", true)
+    let (blk, net, rng, serial, bootindex) = if q35 {
+        (
+            "virtio-blk-pci",
+            "virtio-net-pci",
+            "virtio-rng-pci",
+            "virtio-serial-pci",
+            true,
+        )
     } else {
         (
             "virtio-blk-device",
             "virtio-net-device",
             "virtio-rng-device",
+            "virtio-serial-device",
             false,
         )
     };
@@ -201,7 +220,24 @@ pub fn qemu_args(
         ]);
         push(&["-device", &format!("{rng},rng=rng0")]);
     }
+    args.extend(agent_channel_args(serial, &paths.agent));
     Ok(args)
+}
+
+/// The guest agent's channel: a virtio-serial controller of type `controller` and its one port,
+/// backed by a unix socket QEMU listens on at `socket` (without waiting for the launcher).
+fn agent_channel_args(controller: &str, socket: &Path) -> Vec<String> {
+    vec![
+        "-chardev".to_string(),
+        format!(
+            "socket,id=agent0,path={},server=on,wait=off",
+            escape(socket)
+        ),
+        "-device".to_string(),
+        format!("{controller},id=agentserial0"),
+        "-device".to_string(),
+        format!("virtserialport,bus=agentserial0.0,chardev=agent0,name={AGENT_PORT_NAME}"),
+    ]
 }
 
 fn serial_args(serial: &ConsoleConfig) -> Vec<String> {
@@ -280,6 +316,7 @@ mod tests {
     fn paths() -> QemuPaths {
         QemuPaths {
             qmp: "/run/qmp.sock".into(),
+            agent: "/run/agent.sock".into(),
             ovmf_vars: "/run/OVMF_VARS.fd".into(),
             sercon_port: "/run/sercon-port".into(),
         }
@@ -344,6 +381,68 @@ mod tests {
         let first_blk = args.iter().position(|a| a.contains("drive=disk0")).unwrap();
         let second_blk = args.iter().position(|a| a.contains("drive=disk1")).unwrap();
         assert!(first_blk < second_blk);
+    }
+
+    #[test]
+    fn the_guest_agent_channel_comes_after_every_other_device() {
+        let seabios = Machine::Q35(Firmware::SeaBios { serial: false });
+        for (machine, controller) in [
+            (Machine::Microvm(Acpi::Off), "virtio-serial-device"),
+            (Machine::Microvm(Acpi::On), "virtio-serial-device"),
+            (seabios, "virtio-serial-pci"),
+        ] {
+            let args = qemu_args(&config(), &paths(), None, &machine).unwrap();
+            let tail: Vec<&str> = args[args.len() - 6..].iter().map(String::as_str).collect();
+            assert_eq!(
+                tail,
+                [
+                    "-chardev",
+                    "socket,id=agent0,path=/run/agent.sock,server=on,wait=off",
+                    "-device",
+                    &format!("{controller},id=agentserial0"),
+                    "-device",
+                    "virtserialport,bus=agentserial0.0,chardev=agent0,name=org.qemu.guest_agent.0",
+                ],
+                "{machine:?}"
+            );
+            // The disks, the NIC and the rng keep their places before it.
+            let devices: Vec<&str> = args
+                .windows(2)
+                .filter(|w| w[0] == "-device")
+                .map(|w| w[1].split(',').next().unwrap_or(""))
+                .filter(|d| d.starts_with("virtio"))
+                .collect();
+            let (blk, net, rng) = match machine {
+                Machine::Q35(_) => ("virtio-blk-pci", "virtio-net-pci", "virtio-rng-pci"),
+                Machine::Microvm(_) => (
+                    "virtio-blk-device",
+                    "virtio-net-device",
+                    "virtio-rng-device",
+                ),
+            };
+            assert_eq!(devices, [blk, blk, net, rng, controller], "{args:?}");
+        }
+        // A guestless VM has the channel too (nothing answers on it).
+        let guestless = VmConfig {
+            payload: PayloadConfig::guestless(),
+            ..config()
+        };
+        let args = qemu_args(&guestless, &paths(), None, &Machine::Microvm(Acpi::Off)).unwrap();
+        assert!(args.iter().any(|a| a.contains(AGENT_PORT_NAME)), "{args:?}");
+        // A comma in the path is escaped as in every other QEMU option value.
+        let odd = QemuPaths {
+            agent: "/run/a,b/agent.sock".into(),
+            ..paths()
+        };
+        let args = qemu_args(&config(), &odd, None, &Machine::Microvm(Acpi::Off)).unwrap();
+        assert!(
+            has_pair(
+                &args,
+                "-chardev",
+                "socket,id=agent0,path=/run/a,,b/agent.sock,server=on,wait=off"
+            ),
+            "{args:?}"
+        );
     }
 
     #[test]

@@ -20,6 +20,10 @@
 //! user's disk, firmware on q35) gets the power button of `system_powerdown` alone, as libvirt
 //! sends it: with Ctrl-Alt-Del too, systemd would run its reboot beside the power-off.
 //!
+//! Guest agent: QEMU listens on `agent.sock` in the run directory for the host end of the
+//! `org.qemu.guest_agent.0` channel ([`args`]); [`Backend::guest_agent_socket`] names it to the
+//! launcher, which speaks the protocol itself (`crate::agent`). QEMU takes one client at a time.
+//!
 //! Death: [`Backend::poll`] reaps QEMU without blocking. The exit reason comes from the last
 //! QMP `SHUTDOWN` event (guest power-off, host quit) or, when QEMU died without one, from its
 //! exit status and the tail of its stderr: a crash.
@@ -43,7 +47,7 @@ use vmm::config::VmConfig;
 use super::qmp::{Qmp, QmpError};
 use super::{
     process_stats, Backend, BackendError, BackendKind, MigrationParams, MigrationPhase,
-    MigrationProgress, VmStatus, VmmStats, CONTROL_TIMEOUT,
+    MigrationProgress, VmStatus, VmmStats, AGENT_SOCKET, CONTROL_TIMEOUT,
 };
 
 /// The QEMU binary (Debian package `qemu-system-x86`).
@@ -89,6 +93,8 @@ pub struct QemuVm {
     io_error: Option<String>,
     /// The VMI's disk names, by QEMU drive index (`disk<N>`).
     disk_names: Vec<String>,
+    /// The host end of the guest agent channel.
+    agent_socket: PathBuf,
     shutting_down: bool,
     /// The machine has ACPI, so a graceful shutdown is its power button alone.
     acpi: bool,
@@ -155,11 +161,14 @@ impl QemuVm {
         std::fs::create_dir_all(run_dir).map_err(|e| QemuStartError::RunDir(run_dir.into(), e))?;
         let paths = args::QemuPaths {
             qmp: run_dir.join("qmp.sock"),
+            agent: run_dir.join(AGENT_SOCKET),
             ovmf_vars: run_dir.join("OVMF_VARS.fd"),
             sercon_port: run_dir.join("sercon-port"),
         };
         prepare_firmware(machine, &paths)?;
-        let _ = std::fs::remove_file(&paths.qmp);
+        for socket in [&paths.qmp, &paths.agent] {
+            let _ = std::fs::remove_file(socket);
+        }
         if let vmm::config::ConsoleConfig::Socket { path } = &config.serial {
             let _ = std::fs::remove_file(path);
         }
@@ -195,6 +204,7 @@ impl QemuVm {
                 paused: true,
                 io_error: None,
                 disk_names: config.disks.iter().map(|d| d.id.clone()).collect(),
+                agent_socket: paths.agent.clone(),
                 shutting_down: false,
                 acpi: !matches!(machine, Machine::Microvm(args::Acpi::Off)),
                 host_stop: None,
@@ -460,6 +470,10 @@ impl Backend for QemuVm {
                 crashed: true,
             },
         }
+    }
+
+    fn guest_agent_socket(&self) -> Option<PathBuf> {
+        Some(self.agent_socket.clone())
     }
 
     fn stats(&mut self) -> VmmStats {
