@@ -48,6 +48,7 @@ image_packages=(
     cloud-init ifupdown isc-dhcp-client
     grub-common
     procps iproute2 ca-certificates
+    qemu-guest-agent openssh-server
 )
 # What this script runs on the host.
 host_packages=(mmdebstrap e2fsprogs fdisk grub-pc-bin grub-efi-amd64-bin dosfstools mtools)
