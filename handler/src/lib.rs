@@ -14,3 +14,15 @@ pub mod run;
 pub mod server;
 pub mod sockets;
 pub mod vmi;
+
+/// An error and its causes, on one line (`a: b: c`), for logs and messages.
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -1,6 +1,7 @@
 //! The handler's migration controller: one pass over a VMI whose `status.migrationState`
 //! names this node (see the module docs of [`super`] for the steps).
 
+use crate::error_chain as chain;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -656,15 +657,4 @@ impl<T> Drop for AbortOnDrop<T> {
             task.abort();
         }
     }
-}
-
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -13,15 +13,24 @@
 //! A VMI is named by its UID, which is also the name of its socket directory
 //! (`<socket root>/<uid>/`, holding `launcher-sock` and `console-sock`):
 //!
-//! - `PUT /v1/vmis/{uid}/{pause|unpause|reset}`: calls the launcher's Pause, Unpause or Reset
-//!   over gRPC; `200`, or `404` (no launcher here), `409` (the launcher refuses in this state),
-//!   `500`, with the reason as text.
+//! - `PUT /v1/vmis/{uid}/{pause|unpause|reset|softreboot}`: calls the launcher's Pause,
+//!   Unpause, Reset or SoftReboot over gRPC; `200`, or `404` (no launcher here), `409` (the
+//!   launcher refuses in this state, or has no guest agent to reboot through), `500`, with the
+//!   reason as text.
+//! - `GET /v1/vmis/{uid}/{guestosinfo|userlist|filesystemlist}`: what the launcher last heard
+//!   from the guest agent, as KubeVirt's JSON (see [`guest_info`]); `409` without an agent.
+//! - `GET /v1/vmis/{uid}/portforward/{port}` with `Upgrade: ferrovirt-portforward`: connects to
+//!   the guest's TCP `port` from inside the launcher Pod's network namespace, then answers `101`
+//!   and relays (see [`portforward`]); `404` without a launcher, `400` without a masquerade
+//!   network, `502` when the guest refuses.
 //! - `GET /v1/vmis/{uid}/console` with `Connection: Upgrade` and
 //!   `Upgrade: ferrovirt-console`: connects to `console-sock` first (so a missing console is a
 //!   plain `404`), then answers `101 Switching Protocols`; from then on the connection and the
 //!   console socket are copied into each other until either side closes (see [`console`]).
 
 pub mod console;
+pub mod guest_info;
+pub mod portforward;
 mod routes;
 pub mod tls;
 
@@ -41,6 +50,8 @@ pub use routes::{route, HandlerRoute, VmiAction};
 pub const PORT: u16 = 8186;
 /// The `Upgrade` protocol of the console relay.
 pub const CONSOLE_UPGRADE: &str = "ferrovirt-console";
+/// The `Upgrade` protocol of a port-forward.
+pub const PORT_FORWARD_UPGRADE: &str = "ferrovirt-portforward";
 /// Settings of the server.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
@@ -141,19 +152,44 @@ fn text(code: StatusCode, message: impl Into<String>) -> Response<Full<Bytes>> {
     response
 }
 
+fn launcher_socket(config: &ServerConfig, uid: &str) -> PathBuf {
+    config
+        .socket_root
+        .join(uid)
+        .join(contract::sockets::LAUNCHER_SOCKET)
+}
+
 async fn handle(config: &ServerConfig, request: Request<Incoming>) -> Response<Full<Bytes>> {
     match route(request.method(), request.uri().path()) {
         HandlerRoute::Action(uid, action) => {
-            let socket = config
-                .socket_root
-                .join(&uid)
-                .join(contract::sockets::LAUNCHER_SOCKET);
+            let socket = launcher_socket(config, &uid);
             match routes::call_launcher(&socket, &uid, action).await {
                 Ok(()) => text(StatusCode::OK, ""),
                 Err((code, message)) => text(code, message),
             }
         }
+        HandlerRoute::GuestInfo(uid, kind) => {
+            let socket = launcher_socket(config, &uid);
+            let body = match routes::guest_agent(&socket, &uid).await {
+                Ok(agent) => guest_info::render(kind, agent.as_ref()),
+                Err(e) => Err(e),
+            };
+            match body {
+                Ok(body) => {
+                    let mut response = text(StatusCode::OK, body.to_string());
+                    response.headers_mut().insert(
+                        http::header::CONTENT_TYPE,
+                        http::HeaderValue::from_static("application/json"),
+                    );
+                    response
+                }
+                Err((code, message)) => text(code, message),
+            }
+        }
         HandlerRoute::Console(uid) => console::open(config, &uid, request).await,
+        HandlerRoute::PortForward(uid, port) => {
+            portforward::open(config, &uid, port, request).await
+        }
         HandlerRoute::NotFound => text(StatusCode::NOT_FOUND, "not found"),
     }
 }

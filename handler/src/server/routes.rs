@@ -3,8 +3,13 @@
 use std::path::Path;
 use std::time::Duration;
 
-use contract::proto::v1::VmiRequest;
+use contract::proto::v1::{GetDomainRequest, GuestAgent, VmiRequest};
 use http::{Method, StatusCode};
+use tonic::transport::Channel;
+
+use super::guest_info::GuestInfoKind;
+
+type LauncherClient = contract::proto::v1::launcher_client::LauncherClient<Channel>;
 
 /// A launcher call the server makes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -12,6 +17,7 @@ pub enum VmiAction {
     Pause,
     Unpause,
     Reset,
+    SoftReboot,
 }
 
 /// What a request asks for.
@@ -19,6 +25,8 @@ pub enum VmiAction {
 pub enum HandlerRoute {
     Action(String, VmiAction),
     Console(String),
+    GuestInfo(String, GuestInfoKind),
+    PortForward(String, u16),
     NotFound,
 }
 
@@ -37,12 +45,25 @@ pub fn route(method: &Method, path: &str) -> HandlerRoute {
                 "pause" => VmiAction::Pause,
                 "unpause" => VmiAction::Unpause,
                 "reset" => VmiAction::Reset,
+                "softreboot" => VmiAction::SoftReboot,
                 _ => return HandlerRoute::NotFound,
             };
             HandlerRoute::Action(uid.to_string(), action)
         }
         (&Method::GET, ["v1", "vmis", uid, "console"]) if valid_uid(uid) => {
             HandlerRoute::Console(uid.to_string())
+        }
+        (&Method::GET, ["v1", "vmis", uid, "portforward", port]) if valid_uid(uid) => {
+            match port.parse::<u16>() {
+                Ok(port) if port > 0 => HandlerRoute::PortForward(uid.to_string(), port),
+                _ => HandlerRoute::NotFound,
+            }
+        }
+        (&Method::GET, ["v1", "vmis", uid, what]) if valid_uid(uid) => {
+            match GuestInfoKind::parse(what) {
+                Some(kind) => HandlerRoute::GuestInfo(uid.to_string(), kind),
+                None => HandlerRoute::NotFound,
+            }
         }
         _ => HandlerRoute::NotFound,
     }
@@ -51,42 +72,69 @@ pub fn route(method: &Method, path: &str) -> HandlerRoute {
 /// Longest a launcher call may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Calls the launcher; errors as (HTTP status, message).
-pub async fn call_launcher(
-    socket: &Path,
-    uid: &str,
-    action: VmiAction,
-) -> Result<(), (StatusCode, String)> {
+/// A client of the VMI's launcher; 404 when this node runs none.
+fn launcher(socket: &Path, uid: &str) -> Result<LauncherClient, (StatusCode, String)> {
     if !socket.exists() {
         return Err((
             StatusCode::NOT_FOUND,
             format!("no launcher for VMI {uid} on this node"),
         ));
     }
-    let mut client = contract::client::launcher_client(socket).map_err(|e| {
+    contract::client::launcher_client(socket).map_err(|e| {
         (
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("launcher socket: {e}"),
         )
-    })?;
-    let request = VmiRequest {
-        vmi: uid.to_string(),
-    };
-    let call = async {
-        match action {
-            VmiAction::Pause => client.pause(request).await,
-            VmiAction::Unpause => client.unpause(request).await,
-            VmiAction::Reset => client.reset(request).await,
-        }
-    };
+    })
+}
+
+/// Runs one launcher call within [`CALL_TIMEOUT`]; errors as (HTTP status, message).
+async fn within_timeout<T>(
+    call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T, (StatusCode, String)> {
     match tokio::time::timeout(CALL_TIMEOUT, call).await {
-        Ok(Ok(_)) => Ok(()),
+        Ok(Ok(response)) => Ok(response.into_inner()),
         Ok(Err(status)) => Err((status_code(status.code()), status.message().to_string())),
         Err(_) => Err((
             StatusCode::GATEWAY_TIMEOUT,
             format!("the launcher did not answer within {CALL_TIMEOUT:?}"),
         )),
     }
+}
+
+/// Calls the launcher; errors as (HTTP status, message).
+pub async fn call_launcher(
+    socket: &Path,
+    uid: &str,
+    action: VmiAction,
+) -> Result<(), (StatusCode, String)> {
+    let mut client = launcher(socket, uid)?;
+    let request = VmiRequest {
+        vmi: uid.to_string(),
+    };
+    match action {
+        VmiAction::Pause => within_timeout(client.pause(request)).await,
+        VmiAction::Unpause => within_timeout(client.unpause(request)).await,
+        VmiAction::Reset => within_timeout(client.reset(request)).await,
+        VmiAction::SoftReboot => within_timeout(client.soft_reboot(request)).await,
+    }
+    .map(drop)
+}
+
+/// What the launcher last heard from the VMI's guest agent (`None`: it has no agent channel).
+pub async fn guest_agent(
+    socket: &Path,
+    uid: &str,
+) -> Result<Option<GuestAgent>, (StatusCode, String)> {
+    let mut client = launcher(socket, uid)?;
+    let response = within_timeout(client.get_domain(GetDomainRequest {})).await?;
+    let domain = response.domain.ok_or_else(|| {
+        (
+            StatusCode::CONFLICT,
+            format!("the launcher of VMI {uid} runs no VM"),
+        )
+    })?;
+    Ok(domain.guest_agent)
 }
 
 /// The HTTP status of a launcher's gRPC status (see launcher.proto's error conventions).
@@ -127,6 +175,28 @@ mod tests {
             route(&Method::PUT, "/v1/vmis/a/shutdown"),
             HandlerRoute::NotFound
         );
+        assert_eq!(
+            route(&Method::PUT, &format!("/v1/vmis/{uid}/softreboot")),
+            HandlerRoute::Action(uid.into(), VmiAction::SoftReboot)
+        );
+        assert_eq!(
+            route(&Method::GET, &format!("/v1/vmis/{uid}/filesystemlist")),
+            HandlerRoute::GuestInfo(uid.into(), GuestInfoKind::FilesystemList)
+        );
+        assert_eq!(
+            route(&Method::GET, &format!("/v1/vmis/{uid}/shutdown")),
+            HandlerRoute::NotFound
+        );
+        assert_eq!(
+            route(&Method::GET, &format!("/v1/vmis/{uid}/portforward/22")),
+            HandlerRoute::PortForward(uid.into(), 22)
+        );
+        for bad in ["0", "65536", "ssh"] {
+            assert_eq!(
+                route(&Method::GET, &format!("/v1/vmis/{uid}/portforward/{bad}")),
+                HandlerRoute::NotFound
+            );
+        }
     }
 
     #[test]

@@ -12,9 +12,9 @@
 //! ([`status_after_sync_failure`]).
 
 use api::condition::Condition;
-use api::vmi::{set_condition, set_phase, VmiNetworkInterface};
+use api::vmi::{set_condition, set_phase, GuestOsInfo, VmiNetworkInterface};
 use api::{VirtualMachineInstance, VirtualMachineInstanceStatus, VmiPhase};
-use contract::proto::v1::{Backend, BootOrigin, Domain, DomainState};
+use contract::proto::v1::{Backend, BootOrigin, Domain, DomainState, GuestAgent};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::jiff::Timestamp;
 
@@ -111,6 +111,13 @@ pub fn status_from_domain(
     if phase == VmiPhase::Running {
         status.interfaces = interfaces(vmi, observed);
     }
+    guest_agent(
+        &mut status,
+        domain
+            .guest_agent
+            .as_ref()
+            .filter(|_| phase == VmiPhase::Running),
+    );
     // What the guest got: the VMI's memory rounded up to what the backend needs (a guestless
     // VMI asks for 1Mi and gets the VMM's minimum).
     if let Some(bytes) = domain
@@ -158,6 +165,48 @@ pub fn status_after_sync_failure(
         status.reason = Some(message.to_string());
     }
     status
+}
+
+/// What the guest agent said: the `AgentConnected` condition (present and true only while the
+/// agent answers, as in KubeVirt), `guestOSInfo`, and on each interface the guest's own name
+/// for it (`infoSource: domain, guest-agent`). The interface's addresses stay the Pod's: with
+/// the masquerade binding the guest is reached there, not at the address the agent sees.
+fn guest_agent(status: &mut VirtualMachineInstanceStatus, agent: Option<&GuestAgent>) {
+    let Some(agent) = agent.filter(|a| a.connected) else {
+        status.conditions.retain(|c| c.type_ != "AgentConnected");
+        status.guest_os_info = None;
+        return;
+    };
+    set_condition(status, Condition::new("AgentConnected", true, "", ""));
+    status.guest_os_info = agent.os.as_ref().map(|os| GuestOsInfo {
+        name: non_empty(&os.name),
+        pretty_name: non_empty(&os.pretty_name),
+        id: non_empty(&os.id),
+        version: non_empty(&os.version),
+        version_id: non_empty(&os.version_id),
+        kernel_release: non_empty(&os.kernel_release),
+        kernel_version: non_empty(&os.kernel_version),
+        machine: non_empty(&os.machine),
+    });
+    // The guest's interfaces but loopback; matched by MAC when the VMI sets one, else the only
+    // interface to the only guest interface.
+    let guest: Vec<_> = agent.interfaces.iter().filter(|i| i.name != "lo").collect();
+    let single = status.interfaces.len() == 1 && guest.len() == 1;
+    for interface in &mut status.interfaces {
+        let found = match &interface.mac {
+            Some(mac) => guest.iter().find(|g| g.mac.eq_ignore_ascii_case(mac)),
+            None if single => guest.first(),
+            None => None,
+        };
+        if let Some(found) = found {
+            interface.interface_name = Some(found.name.clone());
+            interface.info_source = Some("domain, guest-agent".into());
+        }
+    }
+}
+
+fn non_empty(value: &str) -> Option<String> {
+    (!value.is_empty()).then(|| value.to_string())
 }
 
 /// The guest's interfaces: with the masquerade binding the guest is reached at the Pod's IP.
@@ -432,5 +481,67 @@ mod tests {
             now(),
         );
         assert_eq!(Some(same), failed.status);
+    }
+
+    #[test]
+    fn a_connected_agent_is_a_condition_the_os_info_and_the_guests_interface_name() {
+        use contract::proto::v1::{GuestInterface, GuestOsInfo as ProtoOs};
+        let mut running = domain(DomainState::Running, Backend::QemuTcg);
+        running.guest_agent = Some(GuestAgent {
+            connected: true,
+            os: Some(ProtoOs {
+                id: "debian".into(),
+                version_id: "12".into(),
+                ..Default::default()
+            }),
+            interfaces: vec![
+                GuestInterface {
+                    name: "lo".into(),
+                    ..Default::default()
+                },
+                GuestInterface {
+                    name: "enp0s2".into(),
+                    mac: "02:00:00:00:00:01".into(),
+                    ip_addresses: vec!["10.0.2.2".into()],
+                },
+            ],
+            ..Default::default()
+        });
+        let status = status_from_domain(&vmi(VmiPhase::Scheduled), &running, &observed(), now());
+        let agent = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "AgentConnected")
+            .unwrap();
+        assert!(agent.is_true());
+        let os = status.guest_os_info.as_ref().unwrap();
+        assert_eq!(
+            (
+                os.id.as_deref(),
+                os.version_id.as_deref(),
+                os.name.as_deref()
+            ),
+            (Some("debian"), Some("12"), None)
+        );
+        let interface = &status.interfaces[0];
+        assert_eq!(interface.interface_name.as_deref(), Some("enp0s2"));
+        assert_eq!(
+            interface.info_source.as_deref(),
+            Some("domain, guest-agent")
+        );
+        // The Pod's address, where the masquerade binding reaches the guest.
+        assert_eq!(interface.ip_address.as_deref(), Some("10.244.0.7"));
+
+        // The agent stops answering: the condition and the OS go.
+        let mut vmi = vmi(VmiPhase::Running);
+        vmi.status = Some(status);
+        running.guest_agent.as_mut().unwrap().connected = false;
+        let status = status_from_domain(&vmi, &running, &observed(), now());
+        assert!(!status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "AgentConnected"));
+        assert_eq!(status.guest_os_info, None);
+        assert_eq!(status.interfaces[0].info_source.as_deref(), Some("domain"));
     }
 }
