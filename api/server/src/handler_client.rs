@@ -8,10 +8,14 @@
 //! its certificate chains to that Secret's CA and names `virt-handler.kubevirt.svc` (see
 //! [`crate::tls::handler_client_config`]):
 //!
-//! - `PUT /v1/vmis/{uid}/{pause|unpause|reset}` -> `200`, or an error status with the reason
-//!   as text;
+//! - `PUT /v1/vmis/{uid}/{pause|unpause|reset|softreboot}` -> `200`, or an error status with
+//!   the reason as text;
+//! - `GET /v1/vmis/{uid}/{guestosinfo|userlist|filesystemlist}` -> `200` with KubeVirt's JSON
+//!   of what the guest agent said, or an error status with the reason as text;
 //! - `GET /v1/vmis/{uid}/console` with `Connection: Upgrade`, `Upgrade: ferrovirt-console`
-//!   -> `101`, after which the connection is the raw byte stream of the guest's serial console.
+//!   -> `101`, after which the connection is the raw byte stream of the guest's serial console;
+//! - `GET /v1/vmis/{uid}/portforward/{port}` with `Upgrade: ferrovirt-portforward` -> `101`,
+//!   after which the connection is a TCP connection to that port of the guest.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -37,6 +41,8 @@ pub const HANDLER_PORT: u16 = 8186;
 pub const HANDLER_LABEL: &str = "kubevirt.io=virt-handler";
 /// The `Upgrade` protocol name of the console relay.
 pub const CONSOLE_UPGRADE: &str = "ferrovirt-console";
+/// The `Upgrade` protocol name of a port-forward.
+pub const PORT_FORWARD_UPGRADE: &str = "ferrovirt-portforward";
 
 /// How to reach the handlers.
 #[derive(Clone)]
@@ -55,6 +61,7 @@ pub enum HandlerAction {
     Pause,
     Unpause,
     Reset,
+    SoftReboot,
 }
 
 impl HandlerAction {
@@ -63,6 +70,7 @@ impl HandlerAction {
             HandlerAction::Pause => "pause",
             HandlerAction::Unpause => "unpause",
             HandlerAction::Reset => "reset",
+            HandlerAction::SoftReboot => "softreboot",
         }
     }
 }
@@ -122,11 +130,36 @@ impl HandlerClient {
             .await
     }
 
+    /// What the VMI's guest agent said (`what`: `guestosinfo`, `userlist`, `filesystemlist`),
+    /// as the JSON body to answer with.
+    pub async fn guest_info(
+        &self,
+        vmi: &VirtualMachineInstance,
+        what: &str,
+    ) -> Result<Bytes, ApiError> {
+        let address = self.address(vmi).await?;
+        HandlerConnection::new(&self.tls, address)
+            .guest_info(uid_of(vmi)?, what)
+            .await
+    }
+
     /// Opens the VMI's serial console through its handler.
     pub async fn console(&self, vmi: &VirtualMachineInstance) -> Result<Upgraded, ApiError> {
         let address = self.address(vmi).await?;
         HandlerConnection::new(&self.tls, address)
             .console(uid_of(vmi)?)
+            .await
+    }
+
+    /// Opens a TCP connection to `port` of the VMI's guest through its handler.
+    pub async fn port_forward(
+        &self,
+        vmi: &VirtualMachineInstance,
+        port: u16,
+    ) -> Result<Upgraded, ApiError> {
+        let address = self.address(vmi).await?;
+        HandlerConnection::new(&self.tls, address)
+            .port_forward(uid_of(vmi)?, port)
             .await
     }
 }
@@ -188,28 +221,54 @@ impl HandlerConnection {
         let request = Self::request(http::Method::PUT, &handler_path(uid, action.name()))
             .body(Empty::new())
             .map_err(|e| ApiError::internal(e.to_string()))?;
+        self.call(request, action.name()).await.map(drop)
+    }
+
+    /// Asks the handler what the guest agent of the VMI `uid` said (`what`: the subresource).
+    pub async fn guest_info(&self, uid: &str, what: &str) -> Result<Bytes, ApiError> {
+        let request = Self::request(http::Method::GET, &handler_path(uid, what))
+            .body(Empty::new())
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        self.call(request, what).await
+    }
+
+    /// Sends `request`; the body of a success, or the handler's status with its reason.
+    async fn call(&self, request: Request<Empty<Bytes>>, what: &str) -> Result<Bytes, ApiError> {
         let response = self.send(request).await?;
         let status = response.status();
-        if status.is_success() {
-            return Ok(());
-        }
         let body = response
             .into_body()
             .collect()
             .await
-            .map(|b| String::from_utf8_lossy(&b.to_bytes()).into_owned())
-            .unwrap_or_default();
+            .map(|b| b.to_bytes())
+            .map_err(|e| ApiError::internal(format!("virt-handler's answer to {what}: {e}")))?;
+        if status.is_success() {
+            return Ok(body);
+        }
         Err(ApiError::new(
             status,
-            format!("{} failed: {}", action.name(), body.trim()),
+            format!("{what} failed: {}", String::from_utf8_lossy(&body).trim()),
         ))
     }
 
     /// Opens the serial console of the VMI `uid`.
     pub async fn console(&self, uid: &str) -> Result<Upgraded, ApiError> {
-        let request = Self::request(http::Method::GET, &handler_path(uid, "console"))
+        self.upgrade(&handler_path(uid, "console"), CONSOLE_UPGRADE, "console")
+            .await
+    }
+
+    /// Opens a TCP connection to `port` of the guest of the VMI `uid`.
+    pub async fn port_forward(&self, uid: &str, port: u16) -> Result<Upgraded, ApiError> {
+        let path = handler_path(uid, &format!("portforward/{port}"));
+        self.upgrade(&path, PORT_FORWARD_UPGRADE, "port-forward")
+            .await
+    }
+
+    /// `GET path` upgraded to `protocol`: the raw byte stream the handler relays.
+    async fn upgrade(&self, path: &str, protocol: &str, what: &str) -> Result<Upgraded, ApiError> {
+        let request = Self::request(http::Method::GET, path)
             .header(http::header::CONNECTION, "Upgrade")
-            .header(http::header::UPGRADE, CONSOLE_UPGRADE)
+            .header(http::header::UPGRADE, protocol)
             .body(Empty::new())
             .map_err(|e| ApiError::internal(e.to_string()))?;
         let response = self.send(request).await?;
@@ -223,12 +282,12 @@ impl HandlerConnection {
                 .unwrap_or_default();
             return Err(ApiError::new(
                 status,
-                format!("console not available: {}", body.trim()),
+                format!("{what} not available: {}", body.trim()),
             ));
         }
         hyper::upgrade::on(response)
             .await
-            .map_err(|e| ApiError::internal(format!("console upgrade: {e}")))
+            .map_err(|e| ApiError::internal(format!("{what} upgrade: {e}")))
     }
 }
 

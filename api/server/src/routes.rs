@@ -44,6 +44,12 @@ pub enum Subresource {
     Reset,
     SoftReboot,
     GuestOsInfo,
+    UserList,
+    FilesystemList,
+    /// `portforward/{port}[/{protocol}]` of a VMI ([`Route::PortForward`]).
+    VmiPortForward,
+    /// The same through the VM, to its VMI.
+    VmPortForward,
     Start,
     Stop,
     Restart,
@@ -60,6 +66,9 @@ impl Subresource {
             Subresource::Reset => "reset",
             Subresource::SoftReboot => "softreboot",
             Subresource::GuestOsInfo => "guestosinfo",
+            Subresource::UserList => "userlist",
+            Subresource::FilesystemList => "filesystemlist",
+            Subresource::VmiPortForward | Subresource::VmPortForward => PORT_FORWARD,
             Subresource::Start => "start",
             Subresource::Stop => "stop",
             Subresource::Restart => "restart",
@@ -75,7 +84,8 @@ impl Subresource {
             | Subresource::Stop
             | Subresource::Restart
             | Subresource::Migrate
-            | Subresource::ExpandSpec => Owner::VirtualMachine,
+            | Subresource::ExpandSpec
+            | Subresource::VmPortForward => Owner::VirtualMachine,
             _ => Owner::VirtualMachineInstance,
         }
     }
@@ -83,21 +93,29 @@ impl Subresource {
     /// The HTTP method the subresource is called with.
     pub fn method(self) -> Method {
         match self {
-            Subresource::Console | Subresource::GuestOsInfo | Subresource::ExpandSpec => {
-                Method::GET
-            }
+            Subresource::Console
+            | Subresource::GuestOsInfo
+            | Subresource::UserList
+            | Subresource::FilesystemList
+            | Subresource::VmiPortForward
+            | Subresource::VmPortForward
+            | Subresource::ExpandSpec => Method::GET,
             _ => Method::PUT,
         }
     }
 
     /// Every subresource, for discovery.
-    pub const ALL: [Subresource; 11] = [
+    pub const ALL: [Subresource; 15] = [
         Subresource::Console,
         Subresource::Pause,
         Subresource::Unpause,
         Subresource::Reset,
         Subresource::SoftReboot,
         Subresource::GuestOsInfo,
+        Subresource::UserList,
+        Subresource::FilesystemList,
+        Subresource::VmiPortForward,
+        Subresource::VmPortForward,
         Subresource::Start,
         Subresource::Stop,
         Subresource::Restart,
@@ -110,6 +128,17 @@ impl Subresource {
             .into_iter()
             .find(|s| s.owner() == owner && s.name() == name)
     }
+}
+
+/// The port-forward subresource's name; its path goes on with the port and the protocol.
+pub const PORT_FORWARD: &str = "portforward";
+
+/// Where a port-forward goes in the guest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortTarget {
+    pub port: u16,
+    /// `tcp` (the default) or `udp`, lower case as in the path.
+    pub protocol: String,
 }
 
 /// The namespaced resource `expand-vm-spec` (`PUT` with a VirtualMachine body).
@@ -139,6 +168,9 @@ pub enum Route {
     Subresource(SubresourceRequest),
     /// `PUT .../namespaces/{ns}/expand-vm-spec`, with the namespace.
     ExpandVmSpec(String),
+    /// `GET .../{virtualmachineinstances|virtualmachines}/{name}/portforward/{port}[/{protocol}]`
+    /// (a WebSocket of the connection's bytes).
+    PortForward(SubresourceRequest, PortTarget),
     /// A path under the group this server does not implement (404).
     NotFound,
     /// A known subresource called with the wrong method (405).
@@ -176,8 +208,32 @@ pub fn route(method: &Method, path: &str) -> Route {
             }
             Route::ExpandVmSpec(ns.to_string())
         }
+        ["apis", g, v, "namespaces", ns, resource, name, "portforward", port, rest @ ..]
+            if *g == GROUP && ACCEPTED_VERSIONS.contains(v) && rest.len() <= 1 =>
+        {
+            let subresource = match *resource {
+                "virtualmachines" => Subresource::VmPortForward,
+                "virtualmachineinstances" => Subresource::VmiPortForward,
+                _ => return Route::NotFound,
+            };
+            let Some(port) = port.parse::<u16>().ok().filter(|p| *p > 0) else {
+                return Route::NotFound;
+            };
+            if *method != subresource.method() {
+                return Route::MethodNotAllowed;
+            }
+            let protocol = rest.first().map_or("tcp", |p| p).to_ascii_lowercase();
+            Route::PortForward(
+                SubresourceRequest {
+                    namespace: ns.to_string(),
+                    name: name.to_string(),
+                    subresource,
+                },
+                PortTarget { port, protocol },
+            )
+        }
         ["apis", g, v, "namespaces", ns, resource, name, sub]
-            if *g == GROUP && ACCEPTED_VERSIONS.contains(v) =>
+            if *g == GROUP && ACCEPTED_VERSIONS.contains(v) && *sub != PORT_FORWARD =>
         {
             let owner = match *resource {
                 "virtualmachines" => Owner::VirtualMachine,
@@ -209,6 +265,20 @@ pub fn subresource_path(namespace: &str, name: &str, subresource: Subresource) -
     )
 }
 
+/// The path of a port-forward to `port` (`tcp` or `udp`) of a VMI, or of a VM's VMI.
+pub fn port_forward_path(
+    namespace: &str,
+    owner: Owner,
+    name: &str,
+    port: u16,
+    protocol: &str,
+) -> String {
+    format!(
+        "/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{}/{name}/{PORT_FORWARD}/{port}/{protocol}",
+        owner.resource()
+    )
+}
+
 /// The path of `expand-vm-spec` in a namespace.
 pub fn expand_vm_spec_path(namespace: &str) -> String {
     format!("/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{EXPAND_VM_SPEC}")
@@ -219,8 +289,64 @@ mod tests {
     use super::*;
 
     #[test]
+    fn port_forward_paths_carry_the_port_and_protocol() {
+        let path = port_forward_path("ns", Owner::VirtualMachineInstance, "vmi", 22, "tcp");
+        assert_eq!(
+            path,
+            "/apis/subresources.kubevirt.io/v1/namespaces/ns/virtualmachineinstances/vmi/portforward/22/tcp"
+        );
+        let request = |subresource| SubresourceRequest {
+            namespace: "ns".into(),
+            name: "vmi".into(),
+            subresource,
+        };
+        assert_eq!(
+            route(&Method::GET, &path),
+            Route::PortForward(
+                request(Subresource::VmiPortForward),
+                PortTarget {
+                    port: 22,
+                    protocol: "tcp".into()
+                }
+            )
+        );
+        assert_eq!(
+            route(
+                &Method::GET,
+                "/apis/subresources.kubevirt.io/v1/namespaces/ns/virtualmachines/vmi/portforward/8080"
+            ),
+            Route::PortForward(
+                request(Subresource::VmPortForward),
+                PortTarget {
+                    port: 8080,
+                    protocol: "tcp".into()
+                }
+            )
+        );
+        for bad in [
+            "portforward",
+            "portforward/0",
+            "portforward/70000",
+            "portforward/22/tcp/x",
+        ] {
+            assert_eq!(
+                route(
+                    &Method::GET,
+                    &format!("/apis/subresources.kubevirt.io/v1/namespaces/ns/virtualmachineinstances/v/{bad}")
+                ),
+                Route::NotFound,
+                "{bad}"
+            );
+        }
+        assert_eq!(route(&Method::PUT, &path), Route::MethodNotAllowed);
+    }
+
+    #[test]
     fn subresource_paths_round_trip() {
-        for s in Subresource::ALL {
+        for s in Subresource::ALL
+            .into_iter()
+            .filter(|s| s.name() != PORT_FORWARD)
+        {
             let path = subresource_path("default", "testvm", s);
             assert_eq!(
                 route(&s.method(), &path),

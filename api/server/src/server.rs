@@ -23,7 +23,7 @@ use crate::admission::{self, AdmissionConfig, Webhook};
 use crate::auth::{self, Access, RequestHeaderConfig, User};
 use crate::handler_client::{HandlerAction, HandlerClient};
 use crate::options::{self, PauseOptions};
-use crate::routes::{self, Route, Subresource, SubresourceRequest};
+use crate::routes::{self, PortTarget, Route, Subresource, SubresourceRequest};
 use crate::status::ApiError;
 use crate::{console, discovery, expand, vm_actions, vmi_actions, websocket};
 
@@ -208,18 +208,19 @@ async fn dispatch(
             StatusCode::METHOD_NOT_ALLOWED,
             "method not allowed for this subresource",
         )),
+        Route::PortForward(sub, target) => {
+            proxied_only()?;
+            authorize_caller(state, &request, &Access::subresource(&sub)).await?;
+            open_port_forward(state, &sub, &target, request).await
+        }
         Route::Subresource(sub) => {
             proxied_only()?;
-            let user = auth::user_from_headers(&state.request_header, request.headers())
-                .ok_or_else(|| ApiError::unauthorized("no user in the front-proxy headers"))?;
-            authorize(&state.client, &user, &Access::subresource(&sub)).await?;
+            authorize_caller(state, &request, &Access::subresource(&sub)).await?;
             subresource(state, sub, request).await
         }
         Route::ExpandVmSpec(namespace) => {
             proxied_only()?;
-            let user = auth::user_from_headers(&state.request_header, request.headers())
-                .ok_or_else(|| ApiError::unauthorized("no user in the front-proxy headers"))?;
-            authorize(&state.client, &user, &Access::expand_vm_spec(&namespace)).await?;
+            authorize_caller(state, &request, &Access::expand_vm_spec(&namespace)).await?;
             let body = read_body(request).await?;
             let vm = expand::vm_from_body(&body, &namespace)?;
             let vm = expand::expand(&state.client, vm)
@@ -228,6 +229,17 @@ async fn dispatch(
             vm_response(&vm)
         }
     }
+}
+
+/// Checks that the user kube-apiserver names in the front-proxy headers may have `access`.
+async fn authorize_caller(
+    state: &ServerState,
+    request: &Request<Incoming>,
+    access: &Access,
+) -> Result<(), ApiError> {
+    let user = auth::user_from_headers(&state.request_header, request.headers())
+        .ok_or_else(|| ApiError::unauthorized("no user in the front-proxy headers"))?;
+    authorize(&state.client, &user, access).await
 }
 
 /// KubeVirt's `/healthz`: the API server's connectivity and version, and the KubeVirt CR's
@@ -367,10 +379,18 @@ async fn subresource(
     let (ns, name) = (sub.namespace.as_str(), sub.name.as_str());
     match sub.subresource {
         Subresource::Console => open_console(state, ns, name, request).await,
-        Subresource::GuestOsInfo => {
+        // Routed with their port only ([`Route::PortForward`]).
+        Subresource::VmiPortForward | Subresource::VmPortForward => Err(ApiError::not_found(
+            "the server could not find the requested resource",
+        )),
+        Subresource::GuestOsInfo | Subresource::UserList | Subresource::FilesystemList => {
             let vmi = vmi_actions::load(client, ns, name).await?;
-            let info = vmi_actions::guest_os_info(&vmi)?;
-            Ok(json_response(StatusCode::OK, info.to_string().into_bytes()))
+            vmi_actions::check_agent(&vmi, false)?;
+            let body = state
+                .handlers
+                .guest_info(&vmi, sub.subresource.name())
+                .await?;
+            Ok(json_response(StatusCode::OK, body.to_vec()))
         }
         Subresource::ExpandSpec => {
             let vm = expand::load(client, ns, name).await?;
@@ -381,7 +401,9 @@ async fn subresource(
         }
         Subresource::SoftReboot => {
             let vmi = vmi_actions::load(client, ns, name).await?;
-            vmi_actions::soft_reboot(&vmi).map(|()| accepted())
+            vmi_actions::check_agent(&vmi, true)?;
+            state.handlers.act(&vmi, HandlerAction::SoftReboot).await?;
+            Ok(json_response(StatusCode::OK, Vec::new()))
         }
         Subresource::Pause | Subresource::Unpause | Subresource::Reset => {
             let action = match sub.subresource {
@@ -438,14 +460,14 @@ async fn subresource(
     }
 }
 
-/// Checks the WebSocket handshake and the VMI, opens the console at the handler, answers 101
-/// and relays in the background.
-async fn open_console(
-    state: &ServerState,
-    namespace: &str,
-    name: &str,
-    mut request: Request<Incoming>,
-) -> Result<Response<Body>, ApiError> {
+/// A client's WebSocket handshake: its key, and whether it offered `plain.kubevirt.io`.
+struct Handshake {
+    key: String,
+    plain: bool,
+}
+
+/// Checks that `request` opens a WebSocket (what it is for: `what`).
+fn websocket_handshake(request: &Request<Incoming>, what: &str) -> Result<Handshake, ApiError> {
     let headers = request.headers();
     let is_websocket = headers
         .get(header::UPGRADE)
@@ -456,28 +478,35 @@ async fn open_console(
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
     let (true, Some(key)) = (is_websocket, key) else {
-        return Err(ApiError::bad_request(
-            "the console is a WebSocket: send Upgrade: websocket with Sec-WebSocket-Key",
-        ));
+        return Err(ApiError::bad_request(format!(
+            "the {what} is a WebSocket: send Upgrade: websocket with Sec-WebSocket-Key"
+        )));
     };
-    let offered: Vec<String> = headers
+    let plain = headers
         .get_all(header::SEC_WEBSOCKET_PROTOCOL)
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(',').map(|p| p.trim().to_string()))
-        .collect();
-    let vmi = vmi_actions::load(&state.client, namespace, name).await?;
-    vmi_actions::check_console(&vmi)?;
-    let console = state.handlers.console(&vmi).await?;
+        .flat_map(|v| v.split(','))
+        .any(|p| p.trim() == websocket::PLAIN_PROTOCOL);
+    Ok(Handshake { key, plain })
+}
+
+/// Answers the handshake with 101 and relays the upgraded client connection and `stream` (from
+/// the handler) in the background, logging how it ended under `label`.
+fn relay_websocket(
+    mut request: Request<Incoming>,
+    handshake: &Handshake,
+    stream: hyper::upgrade::Upgraded,
+    label: String,
+) -> Response<Body> {
     let upgrade = hyper::upgrade::on(&mut request);
-    let label = format!("{namespace}/{name}");
     tokio::spawn(async move {
         match upgrade.await {
             Ok(client) => {
-                let end = console::relay(TokioIo::new(client), TokioIo::new(console)).await;
-                log::info!("console of {label} closed: {end:?}");
+                let end = console::relay(TokioIo::new(client), TokioIo::new(stream)).await;
+                log::info!("{label} closed: {end:?}");
             }
-            Err(e) => log::warn!("console of {label}: upgrade failed: {e}"),
+            Err(e) => log::warn!("{label}: upgrade failed: {e}"),
         }
     });
     let mut response = Response::new(Full::new(Bytes::new()));
@@ -491,14 +520,56 @@ async fn open_console(
         header::UPGRADE,
         header::HeaderValue::from_static("websocket"),
     );
-    if let Ok(accept) = header::HeaderValue::from_str(&websocket::accept_key(&key)) {
+    if let Ok(accept) = header::HeaderValue::from_str(&websocket::accept_key(&handshake.key)) {
         h.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
     }
-    if offered.iter().any(|p| p == websocket::PLAIN_PROTOCOL) {
+    if handshake.plain {
         h.insert(
             header::SEC_WEBSOCKET_PROTOCOL,
             header::HeaderValue::from_static(websocket::PLAIN_PROTOCOL),
         );
     }
-    Ok(response)
+    response
+}
+
+/// Checks the WebSocket handshake and the VMI, opens the console at the handler, answers 101
+/// and relays in the background.
+async fn open_console(
+    state: &ServerState,
+    namespace: &str,
+    name: &str,
+    request: Request<Incoming>,
+) -> Result<Response<Body>, ApiError> {
+    let handshake = websocket_handshake(&request, "console")?;
+    let vmi = vmi_actions::load(&state.client, namespace, name).await?;
+    vmi_actions::check_console(&vmi)?;
+    let console = state.handlers.console(&vmi).await?;
+    let label = format!("console of {namespace}/{name}");
+    Ok(relay_websocket(request, &handshake, console, label))
+}
+
+/// A port-forward: the WebSocket's bytes are a TCP connection to `target.port` of the guest,
+/// which virt-handler makes from inside the launcher Pod's network namespace. A VM's
+/// port-forward goes to its VMI (of the same name).
+async fn open_port_forward(
+    state: &ServerState,
+    sub: &SubresourceRequest,
+    target: &PortTarget,
+    request: Request<Incoming>,
+) -> Result<Response<Body>, ApiError> {
+    let handshake = websocket_handshake(&request, "port-forward")?;
+    if target.protocol != "tcp" {
+        return Err(ApiError::bad_request(format!(
+            "port-forward over {}: only tcp is supported by ferrovirt",
+            target.protocol
+        )));
+    }
+    let vmi = vmi_actions::load(&state.client, &sub.namespace, &sub.name).await?;
+    vmi_actions::check_port_forward(&vmi)?;
+    let stream = state.handlers.port_forward(&vmi, target.port).await?;
+    let label = format!(
+        "port-forward to {}/{} port {}",
+        sub.namespace, sub.name, target.port
+    );
+    Ok(relay_websocket(request, &handshake, stream, label))
 }

@@ -1,7 +1,7 @@
 //! VMI subresources: `pause`, `unpause`, `reset` (done by virt-handler through the launcher),
-//! `softreboot` (refused: it needs a guest agent, which Ferrovirt's guests do not have),
-//! `guestosinfo` (from the VMI status, when a guest agent reported it) and the checks the
-//! console makes before it is relayed.
+//! `softreboot` (through the guest agent), the guest agent's `guestosinfo`, `userlist` and
+//! `filesystemlist` (what the launcher last heard from the agent, through virt-handler) and the
+//! checks the console makes before it is relayed.
 
 use api::{Condition, VirtualMachineInstance, VmiPhase};
 use kube::{Api, Client};
@@ -73,36 +73,36 @@ pub fn check_console(vmi: &VirtualMachineInstance) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// `softreboot` asks the guest agent (or ACPI) to reboot from inside; Ferrovirt has neither.
-pub fn soft_reboot(vmi: &VirtualMachineInstance) -> Result<(), ApiError> {
+/// A port-forward needs a running VMI (KubeVirt's message).
+pub fn check_port_forward(vmi: &VirtualMachineInstance) -> Result<(), ApiError> {
     if !is_running(vmi) {
         return Err(ApiError::conflict("VMI is not running"));
     }
-    Err(ApiError::conflict(
-        "VMI does not have guest agent connected: softreboot is not supported by ferrovirt \
-         (use `virtctl restart` for the VM, or the reset subresource for a hardware reset)",
-    ))
+    Ok(())
 }
 
-/// `guestosinfo`: a `v1.VirtualMachineInstanceGuestAgentInfo` when a guest agent reported.
-pub fn guest_os_info(vmi: &VirtualMachineInstance) -> Result<serde_json::Value, ApiError> {
-    if !condition_true(vmi, "AgentConnected") {
-        return Err(ApiError::conflict(
-            "VMI does not have guest agent connected",
-        ));
+/// KubeVirt's answer when the VMI has no connected guest agent.
+pub const NO_AGENT: &str = "VMI does not have guest agent connected";
+
+/// The guest-agent subresources (`guestosinfo`, `userlist`, `filesystemlist`) and `softreboot`
+/// need a running VMI whose agent is connected (its `AgentConnected` condition), with KubeVirt's
+/// messages; a paused VMI cannot reboot.
+pub fn check_agent(vmi: &VirtualMachineInstance, soft_reboot: bool) -> Result<(), ApiError> {
+    if !is_running(vmi) {
+        return Err(ApiError::conflict("VMI is not running"));
     }
-    let os = vmi
-        .status
-        .as_ref()
-        .and_then(|s| s.guest_os_info.as_ref())
-        .map(serde_json::to_value)
-        .transpose()
-        .map_err(|e| ApiError::internal(e.to_string()))?;
-    Ok(serde_json::json!({
-        "apiVersion": "kubevirt.io/v1",
-        "kind": "VirtualMachineInstanceGuestAgentInfo",
-        "os": os.unwrap_or_default(),
-    }))
+    if soft_reboot && is_paused(vmi) {
+        return Err(ApiError::conflict("VMI is paused"));
+    }
+    if !condition_true(vmi, "AgentConnected") {
+        return Err(ApiError::conflict(if soft_reboot {
+            "VMI does not have guest agent connected: soft reboot without a guest agent (through \
+             ACPI) is not supported by ferrovirt (use the reset subresource for a hardware reset)"
+        } else {
+            NO_AGENT
+        }));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -172,20 +172,32 @@ mod tests {
     }
 
     #[test]
-    fn softreboot_is_refused_clearly() {
-        let e = soft_reboot(&vmi("Running", json!([]))).unwrap_err();
-        assert_eq!(e.code, http::StatusCode::CONFLICT);
-        assert!(e.message.contains("not supported by ferrovirt"));
-    }
-
-    #[test]
-    fn guestosinfo_needs_an_agent() {
-        assert!(guest_os_info(&vmi("Running", json!([]))).is_err());
-        let with_agent = vmi(
-            "Running",
-            json!([{"type": "AgentConnected", "status": "True"}]),
+    fn the_agent_subresources_need_a_running_vmi_with_its_agent() {
+        let no_agent = vmi("Running", json!([]));
+        let e = check_agent(&no_agent, false).unwrap_err();
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (http::StatusCode::CONFLICT, NO_AGENT)
         );
-        let info = guest_os_info(&with_agent).unwrap();
-        assert_eq!(info["os"]["name"], "Debian");
+        let e = check_agent(&no_agent, true).unwrap_err();
+        assert!(e.message.starts_with(NO_AGENT), "{}", e.message);
+        assert!(
+            e.message.contains("not supported by ferrovirt"),
+            "{}",
+            e.message
+        );
+        let connected = json!([{"type": "AgentConnected", "status": "True"}]);
+        assert!(check_agent(&vmi("Running", connected.clone()), true).is_ok());
+        let e = check_agent(&vmi("Scheduled", connected), false).unwrap_err();
+        assert_eq!(e.message, "VMI is not running");
+        let paused = json!([{"type": "AgentConnected", "status": "True"},
+                            {"type": "Paused", "status": "True"}]);
+        assert!(check_agent(&vmi("Running", paused.clone()), false).is_ok());
+        assert_eq!(
+            check_agent(&vmi("Running", paused), true)
+                .unwrap_err()
+                .message,
+            "VMI is paused"
+        );
     }
 }
