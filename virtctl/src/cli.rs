@@ -31,6 +31,54 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// The options `ssh` and `scp` share, with KubeVirt's names.
+#[derive(Args, Clone, Debug, PartialEq, Eq)]
+pub struct SshArgs {
+    /// Set the user name used to log in.
+    #[arg(short = 'l', long)]
+    pub username: Option<String>,
+    /// Specify a port on the VM to send SSH traffic to.
+    #[arg(short = 'p', long, default_value_t = 22)]
+    pub port: u16,
+    /// Specify a path to a private key to use for authentication.
+    #[arg(short = 'i', long)]
+    pub identity_file: Option<PathBuf>,
+    /// Specify a path to the known_hosts file (default ~/.ssh/kubevirt_known_hosts).
+    #[arg(long)]
+    pub known_hosts: Option<PathBuf>,
+    /// Use the local ssh client (the only mode Ferrovirt's virtctl has).
+    #[arg(long, action = clap::ArgAction::Set, num_args = 0..=1, default_value = "true",
+          default_missing_value = "true")]
+    pub local_ssh: bool,
+    /// Additional options for the local ssh client (repeatable).
+    #[arg(short = 't', long, allow_hyphen_values = true)]
+    pub local_ssh_opts: Vec<String>,
+}
+
+impl SshArgs {
+    /// The options, or why they cannot be honoured.
+    pub fn options(&self) -> Result<crate::ssh::SshOptions, String> {
+        if !self.local_ssh {
+            return Err(
+                "--local-ssh=false (virtctl's built-in SSH client) is not supported by ferrovirt's \
+                 virtctl: it runs the local ssh client"
+                    .into(),
+            );
+        }
+        Ok(crate::ssh::SshOptions {
+            username: self.username.clone(),
+            port: self.port,
+            identity_file: self.identity_file.clone(),
+            known_hosts: self.known_hosts.clone(),
+            local_ssh_opts: self
+                .local_ssh_opts
+                .iter()
+                .flat_map(|o| o.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+                .collect(),
+        })
+    }
+}
+
 /// Whether `pause`/`unpause` name a VM or a VMI (both act on the VMI of that name).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Target {
@@ -105,6 +153,46 @@ pub enum Command {
     Softreboot { name: String },
     /// Print the guest OS information the guest agent reports.
     Guestosinfo { name: String },
+    /// Return full list of logged in users on the guest machine.
+    Userlist { name: String },
+    /// Forward local ports to a virtualmachine or virtualmachineinstance
+    /// (`TYPE/NAME[.NAMESPACE] [PROTOCOL/]LOCAL[:REMOTE]...`).
+    #[command(name = "port-forward")]
+    PortForward {
+        /// Use stdin/stdout for the connection (one port only), as ssh's ProxyCommand.
+        #[arg(long, action = clap::ArgAction::Set, num_args = 0..=1, default_value = "false",
+              default_missing_value = "true")]
+        stdio: bool,
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1")]
+        address: String,
+        target: String,
+        #[arg(required = true)]
+        ports: Vec<String>,
+    },
+    /// Open a SSH connection to a virtual machine instance (`[USER@]TYPE/NAME[.NAMESPACE]`),
+    /// through the local ssh client.
+    Ssh {
+        destination: String,
+        #[command(flatten)]
+        ssh: SshArgs,
+        /// Specify a command to execute in the VM.
+        #[arg(short = 'c', long)]
+        command: Option<String>,
+    },
+    /// SCP files from/to a virtual machine instance (one side `[USER@]TYPE/NAME[.NAMESPACE]:PATH`),
+    /// through the local scp client.
+    Scp {
+        source: String,
+        destination: String,
+        #[command(flatten)]
+        ssh: SshArgs,
+        /// Recursively copy entire directories.
+        #[arg(short = 'r', long)]
+        recursive: bool,
+    },
+    /// Return full list of filesystems available on the guest machine.
+    Fslist { name: String },
     /// Print the client and server versions.
     Version,
     /// Return the VirtualMachine object with expanded instancetype and preference.
@@ -334,6 +422,14 @@ pub fn plan(command: &Command, namespace: &str) -> Result<Option<ApiCall>, Usage
             success: Some(success),
             failure,
         };
+    // The guest agent's answers, printed as they come (JSON).
+    let get = |name: &str, sub: Subresource, what: &str| ApiCall {
+        method: Method::GET,
+        path: subresource_path(namespace, name, sub),
+        body: Vec::new(),
+        success: None,
+        failure: format!("Error getting {what}:"),
+    };
     let call = match command {
         Command::Start {
             name,
@@ -439,17 +535,16 @@ pub fn plan(command: &Command, namespace: &str) -> Result<Option<ApiCall>, Usage
             Subresource::SoftReboot,
             name,
             Vec::new(),
-            format!("VMI {name} was scheduled to softreboot"),
-            format!("Error softrebooting VirtualMachineInstance {name}:"),
+            format!("VMI {name} was scheduled to soft-reboot"),
+            format!("Error soft rebooting VirtualMachineInstance {name}:"),
         ),
-        Command::Guestosinfo { name } => ApiCall {
-            method: Method::GET,
-            path: subresource_path(namespace, name, Subresource::GuestOsInfo),
-            body: Vec::new(),
-            success: None,
-            failure: "Error getting guestosinfo:".into(),
-        },
+        Command::Guestosinfo { name } => get(name, Subresource::GuestOsInfo, "guestosinfo"),
+        Command::Userlist { name } => get(name, Subresource::UserList, "userlist"),
+        Command::Fslist { name } => get(name, Subresource::FilesystemList, "filesystemlist"),
         Command::Console { .. }
+        | Command::PortForward { .. }
+        | Command::Ssh { .. }
+        | Command::Scp { .. }
         | Command::Version
         | Command::MigrateCancel { .. }
         | Command::Expand(_)

@@ -102,6 +102,30 @@ fn soft_reboot_is_kubevirts_name_and_softreboot_still_works() {
             "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachineinstances/testvmi/softreboot",
             "{spelling}"
         );
+        assert_eq!(
+            c.success.as_deref(),
+            Some("VMI testvmi was scheduled to soft-reboot")
+        );
+    }
+}
+
+#[test]
+fn the_guest_agent_commands_get_their_subresources() {
+    for (command, sub) in [
+        ("guestosinfo", "guestosinfo"),
+        ("userlist", "userlist"),
+        ("fslist", "filesystemlist"),
+    ] {
+        let c = call(&[command, "testvmi"]);
+        assert_eq!(c.method, http::Method::GET);
+        assert_eq!(
+            c.path,
+            format!(
+                "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachineinstances/testvmi/{sub}"
+            )
+        );
+        assert_eq!(c.success, None, "{command} prints the answer");
+        assert_eq!(c.failure, format!("Error getting {sub}:"));
     }
 }
 
@@ -182,4 +206,62 @@ fn expand_and_create_parse_and_make_no_planned_call() {
     assert!(Cli::try_parse_from(["virtctl", "create", "bogus"]).is_err());
     assert!(Cli::try_parse_from(["virtctl", "create", "preference", "--bogus"]).is_err());
     assert!(Cli::try_parse_from(["virtctl", "expand", "--bogus"]).is_err());
+}
+
+#[test]
+fn port_forward_ssh_and_scp_take_kubevirts_flags() {
+    let cli = parse(&["port-forward", "--stdio=true", "vmi/debian.ns", "22"]);
+    assert_eq!(
+        cli.command,
+        Command::PortForward {
+            stdio: true,
+            address: "127.0.0.1".into(),
+            target: "vmi/debian.ns".into(),
+            ports: vec!["22".into()],
+        }
+    );
+    let cli = parse(&["port-forward", "vm/x", "8080:80", "tcp/2222:22"]);
+    assert!(
+        matches!(&cli.command, Command::PortForward { stdio: false, ports, .. } if ports.len() == 2)
+    );
+    assert!(Cli::try_parse_from(["virtctl", "port-forward", "vmi/x"]).is_err());
+
+    let cli = parse(&[
+        "ssh",
+        "-i",
+        "/k/id",
+        "-t",
+        "-o StrictHostKeyChecking=no",
+        "--known-hosts=/tmp/kh",
+        "fvuser@vmi/debian",
+        "-c",
+        "id -un",
+    ]);
+    let Command::Ssh {
+        destination,
+        ssh,
+        command,
+    } = &cli.command
+    else {
+        panic!("{:?}", cli.command);
+    };
+    assert_eq!(
+        (destination.as_str(), command.as_deref()),
+        ("fvuser@vmi/debian", Some("id -un"))
+    );
+    let options = ssh.options().unwrap();
+    assert_eq!(options.port, 22);
+    assert_eq!(options.local_ssh_opts, ["-o", "StrictHostKeyChecking=no"]);
+    let cli = parse(&["ssh", "--local-ssh=false", "vmi/x"]);
+    let Command::Ssh { ssh, .. } = &cli.command else {
+        panic!("{:?}", cli.command);
+    };
+    assert!(ssh
+        .options()
+        .unwrap_err()
+        .contains("not supported by ferrovirt"));
+
+    let cli = parse(&["scp", "-r", "-p", "2222", "./d", "vmi/x:/tmp"]);
+    assert!(matches!(&cli.command, Command::Scp { recursive: true, ssh, .. } if ssh.port == 2222));
+    assert_eq!(plan(&cli.command, "default"), Ok(None));
 }

@@ -45,31 +45,57 @@ enum ConnectError {
     Fatal(CallError),
 }
 
-fn seed() -> u64 {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    now ^ u64::from(std::process::id()).rotate_left(32)
-}
-
 async fn connect(
     client: &Client,
     namespace: &str,
     name: &str,
 ) -> Result<hyper::upgrade::Upgraded, ConnectError> {
-    let request = http::Request::get(subresource_path(namespace, name, Subresource::Console))
+    let path = subresource_path(namespace, name, Subresource::Console);
+    match open_websocket(client, &path).await {
+        Ok(stream) => Ok(stream),
+        Err(Refused::Transport(e)) => Err(ConnectError::NotReady(e)),
+        Err(Refused::Status(status, message)) => Err(classify(status, name, message)),
+        Err(Refused::Upgrade(e)) => Err(ConnectError::Fatal(CallError::Transport(e))),
+    }
+}
+
+/// Why a WebSocket to a subresource was not opened.
+#[derive(Debug)]
+pub enum Refused {
+    /// kube-apiserver could not be reached.
+    Transport(String),
+    /// The server answered with this status and message instead of switching protocols.
+    Status(StatusCode, String),
+    /// The switch itself failed.
+    Upgrade(String),
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refused::Transport(e) | Refused::Upgrade(e) => f.write_str(e),
+            Refused::Status(_, message) => f.write_str(message),
+        }
+    }
+}
+
+/// Opens a WebSocket (`plain.kubevirt.io`) to the subresource at `path` through kube-apiserver.
+pub async fn open_websocket(
+    client: &Client,
+    path: &str,
+) -> Result<hyper::upgrade::Upgraded, Refused> {
+    let request = http::Request::get(path)
         .header(header::CONNECTION, "Upgrade")
         .header(header::UPGRADE, "websocket")
         .header(header::SEC_WEBSOCKET_VERSION, "13")
         .header(header::SEC_WEBSOCKET_KEY, client_key(seed()))
         .header(header::SEC_WEBSOCKET_PROTOCOL, PLAIN_PROTOCOL)
         .body(kube::client::Body::from(Vec::new()))
-        .map_err(|e| ConnectError::Fatal(CallError::Transport(e.to_string())))?;
+        .map_err(|e| Refused::Upgrade(e.to_string()))?;
     let response = client
         .send(request)
         .await
-        .map_err(|e| ConnectError::NotReady(e.to_string()))?;
+        .map_err(|e| Refused::Transport(e.to_string()))?;
     let status = response.status();
     if status != StatusCode::SWITCHING_PROTOCOLS {
         let body = response
@@ -86,11 +112,32 @@ async fn connect(
                     .map(str::to_string)
             })
             .unwrap_or_else(|| String::from_utf8_lossy(&body).trim().to_string());
-        return Err(classify(status, name, message));
+        return Err(Refused::Status(status, message));
     }
     hyper::upgrade::on(response)
         .await
-        .map_err(|e| ConnectError::Fatal(CallError::Transport(format!("upgrade: {e}"))))
+        .map_err(|e| Refused::Upgrade(format!("upgrade: {e}")))
+}
+
+/// A fresh seed for WebSocket keys and masks.
+pub fn seed() -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    now ^ u64::from(std::process::id()).rotate_left(32)
+}
+
+/// Successive WebSocket masks (a client masks every frame it sends).
+pub fn masks(mut seed: u64) -> impl FnMut() -> [u8; 4] {
+    move || {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 32).to_le_bytes()[..4]
+            .try_into()
+            .unwrap_or([0x5a; 4])
+    }
 }
 
 /// Whether a refused connection is worth another attempt.
@@ -160,15 +207,7 @@ where
 {
     let (mut ws_read, mut ws_write) = tokio::io::split(stream);
     let (pong_tx, mut pong_rx) = tokio::sync::mpsc::channel::<Vec<u8>>(4);
-    let mut mask_seed = seed();
-    let mut next_mask = move || {
-        mask_seed = mask_seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (mask_seed >> 32).to_le_bytes()[..4]
-            .try_into()
-            .unwrap_or([0x5a; 4])
-    };
+    let mut next_mask = masks(seed());
     let input = async move {
         let mut stdin = tokio::io::stdin();
         let mut buf = [0u8; 1024];

@@ -1,11 +1,14 @@
 //! virtctl: start, stop, restart, pause, unpause, console, migrate, migrate-cancel, guestosinfo,
-//! version, expand, create instancetype, create preference, create vm.
+//! userlist, fslist, soft-reboot, port-forward, ssh, scp, version, expand, create instancetype,
+//! create preference, create vm.
 //!
 //! Every command except `console`, `migrate-cancel` (it deletes the migration object),
 //! `version`, `expand` and `create` is one PUT or GET to a subresource of
 //! `subresources.kubevirt.io/v1` through kube-apiserver, which proxies it to virt-api
 //! ([`cli::plan`] builds it; [`client`] sends it). `console` opens a WebSocket to the VMI's
-//! console subresource and puts the terminal in raw mode ([`console`], [`terminal`]).
+//! console subresource and puts the terminal in raw mode ([`console`], [`terminal`]);
+//! `port-forward` one WebSocket per connection to the `portforward` subresource
+//! ([`portforward`]); `ssh` and `scp` run the local OpenSSH client through it ([`ssh`]).
 //! `expand` is a GET of a VM's `expand-spec` or a PUT of a file's VM to `expand-vm-spec`,
 //! printed as KubeVirt prints it ([`expand`], [`yaml`]). `create instancetype`,
 //! `create preference` and `create vm` only write a manifest, with no cluster ([`create`],
@@ -20,6 +23,8 @@ pub mod create_vm;
 pub mod expand;
 pub mod goflags;
 pub mod migrate_cancel;
+pub mod portforward;
 pub mod quantity;
+pub mod ssh;
 pub mod terminal;
 pub mod yaml;

@@ -8,7 +8,8 @@ use clap::{CommandFactory, Parser};
 use virtctl::cli::{plan, Cli, Command, CreateKind};
 use virtctl::client::{self, CallError};
 use virtctl::console::{self, SessionEnd};
-use virtctl::{create, create_vm, expand};
+use virtctl::portforward::{self, PortMapping, Target};
+use virtctl::{create, create_vm, expand, ssh};
 
 /// `virtctl create ...`: prints a manifest; no cluster involved.
 fn create(kind: Option<&CreateKind>, namespace: Option<&str>) -> Result<(), String> {
@@ -39,6 +40,19 @@ fn create(kind: Option<&CreateKind>, namespace: Option<&str>) -> Result<(), Stri
     Ok(())
 }
 
+/// This virtctl's path, for ssh's ProxyCommand.
+fn self_path() -> Result<std::path::PathBuf, String> {
+    std::env::current_exe().map_err(|e| format!("finding virtctl's own path: {e}"))
+}
+
+/// Ends virtctl with the exit code of the ssh or scp it ran.
+fn exit_with(code: i32) -> Result<(), String> {
+    if code == 0 {
+        return Ok(());
+    }
+    std::process::exit(code)
+}
+
 async fn run(cli: Cli) -> Result<(), String> {
     // What needs no cluster, or is checked before connecting to one.
     let mut expand_request = None;
@@ -54,7 +68,10 @@ async fn run(cli: Cli) -> Result<(), String> {
         }
         _ => {}
     }
-    let streaming = matches!(cli.command, Command::Console { .. });
+    let streaming = matches!(
+        cli.command,
+        Command::Console { .. } | Command::PortForward { .. }
+    );
     let config = client::config(cli.kubeconfig.as_deref(), streaming)
         .await
         .map_err(|e| e.to_string())?;
@@ -82,6 +99,58 @@ async fn run(cli: Cli) -> Result<(), String> {
                 SessionEnd::Escape => Ok(()),
                 SessionEnd::Disconnected => Err("websocket: close 1006 (abnormal closure)".into()),
             }
+        }
+        Command::PortForward {
+            stdio,
+            address,
+            target,
+            ports,
+        } => {
+            let target = Target::parse(target)?;
+            let ports = ports
+                .iter()
+                .map(|p| PortMapping::parse(p))
+                .collect::<Result<Vec<_>, _>>()?;
+            let namespace = target.namespace.clone().unwrap_or(namespace);
+            match (stdio, ports.as_slice()) {
+                (true, [port]) => portforward::stdio(&kube, &namespace, &target, port).await,
+                (true, _) => Err("--stdio forwards exactly one port".into()),
+                (false, _) => {
+                    portforward::listen(&kube, &namespace, &target, &ports, address).await
+                }
+            }
+        }
+        Command::Ssh {
+            destination,
+            ssh: args,
+            command,
+        } => {
+            let args = ssh::ssh_args(
+                &self_path()?,
+                cli.kubeconfig.as_deref(),
+                &namespace,
+                destination,
+                command.as_deref(),
+                &args.options()?,
+            )?;
+            exit_with(ssh::run("ssh", &args)?)
+        }
+        Command::Scp {
+            source,
+            destination,
+            ssh: args,
+            recursive,
+        } => {
+            let args = ssh::scp_args(
+                &self_path()?,
+                cli.kubeconfig.as_deref(),
+                &namespace,
+                source,
+                destination,
+                *recursive,
+                &args.options()?,
+            )?;
+            exit_with(ssh::run("scp", &args)?)
         }
         Command::MigrateCancel { name } => {
             let said = virtctl::migrate_cancel::run(&kube, &namespace, name).await?;
