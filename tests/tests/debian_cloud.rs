@@ -10,12 +10,19 @@
 //! three VMs boot one after another (three TCG guests at once on two cores, beside the rest of
 //! a CI run, once left the SeaBIOS guest's console silent from 10 s into its boot until the
 //! deadline); the time from creation to each login prompt is printed.
+//!
+//! The image's qemu-guest-agent (started by udev and systemd when its virtio-serial port
+//! appears) reaches virt-handler through the launcher: on the first VM the test waits for the
+//! VMI's `AgentConnected` condition and `status.guestOSInfo`, then checks what `virtctl
+//! guestosinfo`, `userlist` (the user logged in on the console) and `fslist` (the root
+//! filesystem) print, and that `virtctl soft-reboot` reboots the guest from inside (the kernel's
+//! "reboot: Restarting system" and a new boot on the console, the same VMI still Running).
 
 use std::time::{Duration, Instant};
 
 use api::{VirtualMachine, VirtualMachineInstance};
 use ferrovirt_tests::console::ConsoleSession;
-use ferrovirt_tests::{boot_source, client, wait_running, TestNamespace};
+use ferrovirt_tests::{boot_source, client, virtctl, wait_for, wait_running, TestNamespace};
 use kube::api::PostParams;
 use kube::Api;
 
@@ -26,11 +33,16 @@ const USER: &str = "fvuser";
 const PASSWORD: &str = "fv-Secret-42";
 /// Printed by the userData's runcmd; the guest's shell computes it, so it shows only if it ran.
 const RUNCMD_MARKER: &str = "ferrovirt-runcmd-42";
-const USER_DATA: &str = r#"#cloud-config
+/// The userData: the user with a password (for the console) and `public_key` (for ssh).
+fn user_data(public_key: &str) -> String {
+    format!(
+        r#"#cloud-config
 users:
   - name: fvuser
     lock_passwd: false
     shell: /bin/bash
+    ssh_authorized_keys:
+      - {public_key}
 chpasswd:
   expire: false
   users:
@@ -39,14 +51,46 @@ chpasswd:
       type: text
 runcmd:
   - [ sh, -c, 'echo "ferrovirt-runcmd-$((40 + 2))" > /dev/console' ]
-"#;
+"#
+    )
+}
+
+/// A key pair made for this run by ssh-keygen: the guest's user accepts it.
+struct SshKey {
+    _dir: tempfile::TempDir,
+    private: std::path::PathBuf,
+    public: String,
+}
+
+impl SshKey {
+    fn new() -> SshKey {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let private = dir.path().join("id_ed25519");
+        let out = std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", "ferrovirt-e2e", "-f"])
+            .arg(&private)
+            .output()
+            .unwrap_or_else(|e| panic!("running ssh-keygen (Debian package openssh-client): {e}"));
+        assert!(out.status.success(), "ssh-keygen: {out:?}");
+        let public = std::fs::read_to_string(private.with_extension("pub"))
+            .expect("the public key")
+            .trim()
+            .to_string();
+        SshKey {
+            _dir: dir,
+            private,
+            public,
+        }
+    }
+}
 
 /// One way to boot the image: the VM's name, its `firmware` (none: the kernel from its /boot),
-/// and what the VMI's `BootSource` message must name.
+/// what the VMI's `BootSource` message must name, and whether the guest agent is checked on it.
 struct Boot {
     vm: &'static str,
     firmware: Option<serde_json::Value>,
     boot_source: &'static str,
+    agent: bool,
 }
 
 fn boots() -> [Boot; 3] {
@@ -55,21 +99,24 @@ fn boots() -> [Boot; 3] {
             vm: "debian",
             firmware: None,
             boot_source: "per /boot/grub/grub.cfg",
+            agent: true,
         },
         Boot {
             vm: "debian-bios",
             firmware: Some(serde_json::json!({"bootloader": {"bios": {"useSerial": true}}})),
             boot_source: "SeaBIOS",
+            agent: false,
         },
         Boot {
             vm: "debian-efi",
             firmware: Some(serde_json::json!({"bootloader": {"efi": {"secureBoot": false}}})),
             boot_source: "OVMF",
+            agent: false,
         },
     ]
 }
 
-fn debian_vm(boot: &Boot) -> VirtualMachine {
+fn debian_vm(boot: &Boot, public_key: &str) -> VirtualMachine {
     let vm = boot.vm;
     let mut vm: VirtualMachine = serde_json::from_value(serde_json::json!({
         "apiVersion": "kubevirt.io/v1",
@@ -91,7 +138,7 @@ fn debian_vm(boot: &Boot) -> VirtualMachine {
                     "terminationGracePeriodSeconds": 30,
                     "volumes": [
                         {"name": "containerdisk", "containerDisk": {"image": IMAGE}},
-                        {"name": "cloudinitdisk", "cloudInitNoCloud": {"userData": USER_DATA}}
+                        {"name": "cloudinitdisk", "cloudInitNoCloud": {"userData": user_data(public_key)}}
                     ]
                 }
             }
@@ -154,6 +201,7 @@ async fn boot_and_log_in(
     vmis: Api<VirtualMachineInstance>,
     namespace: String,
     boot: Boot,
+    key: std::sync::Arc<SshKey>,
 ) -> String {
     let created = Instant::now();
     let vm = boot.vm;
@@ -165,8 +213,9 @@ async fn boot_and_log_in(
         "VMI {vm} does not say it boots the image by {:?}: {says}",
         boot.boot_source
     );
+    let console_namespace = namespace.clone();
     let (transcript, to_login) =
-        tokio::task::spawn_blocking(move || console_session(&namespace, vm))
+        tokio::task::spawn_blocking(move || console_session(&console_namespace, vm))
             .await
             .expect("the console session thread")
             .unwrap_or_else(|e| panic!("virtctl console {vm}: {e}"));
@@ -186,11 +235,282 @@ async fn boot_and_log_in(
             "{vm}: the image's grub is not on the console:\n{transcript}"
         );
     }
+    let logged_in = created.elapsed();
+    let agent = if boot.agent {
+        let reached = ssh_port_forward_and_scp(&namespace, vm, &key).await;
+        reached + &guest_agent(&vmis, &namespace, vm).await
+    } else {
+        String::new()
+    };
     format!(
         "debian_cloud: {vm}: VMI Running {:.1} s after the VM was created; login prompt {:.1} s \
-         after creation; BootSource: {says}",
-        (created.elapsed() - to_login).as_secs_f64(),
-        created.elapsed().as_secs_f64()
+         after creation; BootSource: {says}{agent}",
+        (logged_in - to_login).as_secs_f64(),
+        logged_in.as_secs_f64()
+    )
+}
+
+/// The guest's sshd through virtctl: `virtctl port-forward` from a local port reaches it (its
+/// banner), `virtctl ssh` runs a command with the userData's key, `virtctl scp` copies a file
+/// there (read back with ssh). Returns what to print.
+async fn ssh_port_forward_and_scp(namespace: &str, vm: &str, key: &SshKey) -> String {
+    let known_hosts = key._dir.path().join("known_hosts");
+    let ssh_options = |args: &mut Vec<String>| {
+        args.extend(
+            [
+                "-i",
+                &key.private.display().to_string(),
+                &format!("--known-hosts={}", known_hosts.display()),
+                "-t",
+                "-o StrictHostKeyChecking=no",
+                "-t",
+                "-o BatchMode=yes",
+                "-t",
+                "-o ConnectTimeout=60",
+            ]
+            .map(String::from),
+        );
+    };
+    let started = Instant::now();
+    // sshd starts with the system; the console's login may come first.
+    let marker = "ferrovirt-ssh-42";
+    let mut args = vec!["ssh".to_string()];
+    ssh_options(&mut args);
+    args.extend([
+        format!("{USER}@vmi/{vm}"),
+        "-c".into(),
+        "echo ferrovirt-ssh-$((40 + 2)) $(id -un)".into(),
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let ssh = wait_for(
+        "virtctl ssh to run a command in the guest",
+        Duration::from_secs(180),
+        || async {
+            let out = virtctl(namespace, &args);
+            (out.code == Some(0)).then_some(out)
+        },
+    )
+    .await;
+    assert_eq!(
+        ssh.stdout.trim(),
+        format!("{marker} {USER}"),
+        "virtctl ssh ran the command as the user: {ssh:?}"
+    );
+    let to_ssh = started.elapsed();
+
+    let local = key._dir.path().join("copied.txt");
+    std::fs::write(&local, "ferrovirt-scp-payload\n").expect("the file to copy");
+    let mut args = vec!["scp".to_string()];
+    ssh_options(&mut args);
+    args.extend([
+        local.display().to_string(),
+        format!("{USER}@vmi/{vm}:/tmp/copied.txt"),
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = virtctl(namespace, &args);
+    assert_eq!(out.code, Some(0), "virtctl scp: {out:?}");
+    let mut args = vec!["ssh".to_string()];
+    ssh_options(&mut args);
+    args.extend([
+        format!("{USER}@vmi/{vm}"),
+        "-c".into(),
+        "cat /tmp/copied.txt".into(),
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = virtctl(namespace, &args);
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (Some(0), "ferrovirt-scp-payload\n"),
+        "the copied file in the guest: {out:?}"
+    );
+
+    // A local port: the banner sshd sends first comes through.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free local port")
+        .port();
+    let banner = port_forward_banner(namespace, vm, port)
+        .unwrap_or_else(|e| panic!("virtctl port-forward vmi/{vm} {port}:22: {e}"));
+    assert!(
+        banner.starts_with("SSH-2.0-OpenSSH"),
+        "port-forward reached sshd: {banner:?}"
+    );
+    format!(
+        "; virtctl ssh ran a command {:.1} s after the login, scp copied a file, port-forward \
+         {port}:22 showed {:?}",
+        to_ssh.as_secs_f64(),
+        banner.trim()
+    )
+}
+
+/// Runs `virtctl port-forward vmi/VM PORT:22` until it listens, connects to the local port and
+/// reads the first line the guest sends; stops virtctl.
+fn port_forward_banner(namespace: &str, vm: &str, port: u16) -> Result<String, String> {
+    use std::io::{BufRead, Read};
+    let target = format!("vmi/{vm}");
+    let ports = format!("{port}:22");
+    let mut child = std::process::Command::new(ferrovirt_tests::virtctl_binary())
+        .args(ferrovirt_tests::virtctl_args(
+            namespace,
+            &["port-forward", &target, &ports],
+        ))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("spawning virtctl: {e}"))?;
+    let result = (|| {
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let mut line = String::new();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .map_err(|e| e.to_string())?;
+        if !line.starts_with("Forwarding from 127.0.0.1:") {
+            return Err(format!("virtctl printed {line:?}"));
+        }
+        let mut stream =
+            std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .map_err(|e| e.to_string())?;
+        let mut banner = Vec::new();
+        let mut byte = [0u8; 1];
+        while !banner.ends_with(b"\n") && banner.len() < 256 {
+            match stream.read(&mut byte) {
+                Ok(1) => banner.push(byte[0]),
+                Ok(_) => break,
+                Err(e) => return Err(format!("reading the banner: {e}")),
+            }
+        }
+        Ok(String::from_utf8_lossy(&banner).into_owned())
+    })();
+    let _ = child.kill();
+    let output = child.wait_with_output().map_err(|e| e.to_string())?;
+    result.map_err(|e| {
+        format!(
+            "{e}; virtctl's stderr: {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+/// The guest agent's answers as virtctl prints them (JSON).
+fn virtctl_json(namespace: &str, args: &[&str]) -> Result<serde_json::Value, String> {
+    let out = virtctl(namespace, args);
+    if out.code != Some(0) {
+        return Err(format!("virtctl {args:?}: {out:?}"));
+    }
+    serde_json::from_str(&out.stdout)
+        .map_err(|e| format!("virtctl {args:?} printed no JSON ({e}): {out:?}"))
+}
+
+/// The guest agent on `vm`, whose user is logged in on the serial console: the VMI's condition
+/// and OS info, `virtctl guestosinfo`, `userlist`, `fslist`, then `soft-reboot`. Returns what to
+/// print.
+async fn guest_agent(vmis: &Api<VirtualMachineInstance>, namespace: &str, vm: &str) -> String {
+    let waited = Instant::now();
+    let vmi = wait_for("the VMI's AgentConnected condition", BOOT, || async {
+        let vmi = vmis.get(vm).await.ok()?;
+        let connected = vmi
+            .status
+            .as_ref()?
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "AgentConnected" && c.status == "True");
+        connected.then_some(vmi)
+    })
+    .await;
+    let to_agent = waited.elapsed();
+    let os = vmi
+        .status
+        .as_ref()
+        .and_then(|s| s.guest_os_info.clone())
+        .unwrap_or_else(|| panic!("{vm}: AgentConnected without status.guestOSInfo: {vmi:?}"));
+    assert_eq!(
+        (os.id.as_deref(), os.version_id.as_deref()),
+        (Some("debian"), Some("12")),
+        "{vm}: status.guestOSInfo {os:?}"
+    );
+
+    let info = virtctl_json(namespace, &["guestosinfo", vm]).unwrap_or_else(|e| panic!("{e}"));
+    let pretty = info["os"]["prettyName"].as_str().unwrap_or_default();
+    assert!(
+        pretty.starts_with("Debian GNU/Linux 12"),
+        "guestosinfo names Debian 12: {info}"
+    );
+    assert!(
+        info["guestAgentVersion"]
+            .as_str()
+            .is_some_and(|v| !v.is_empty())
+            && info["hostname"].as_str().is_some_and(|h| !h.is_empty()),
+        "guestosinfo has the agent's version and the guest's hostname: {info}"
+    );
+
+    // The agent lists the users of utmp; the launcher polls it every few seconds.
+    let users = wait_for(
+        "the console's user in virtctl userlist",
+        Duration::from_secs(120),
+        || async {
+            let users = virtctl_json(namespace, &["userlist", vm]).ok()?;
+            let listed = users["items"]
+                .as_array()?
+                .iter()
+                .any(|u| u["userName"] == USER);
+            listed.then_some(users)
+        },
+    )
+    .await;
+    let filesystems = virtctl_json(namespace, &["fslist", vm]).unwrap_or_else(|e| panic!("{e}"));
+    let root = filesystems["items"]
+        .as_array()
+        .and_then(|items| items.iter().find(|fs| fs["mountPoint"] == "/"))
+        .unwrap_or_else(|| panic!("fslist shows no `/`: {filesystems}"));
+    assert_eq!(
+        root["fileSystemType"], "ext4",
+        "the root filesystem: {root}"
+    );
+    assert!(
+        root["totalBytes"].as_u64().is_some_and(|b| b > 0),
+        "the root filesystem's size: {root}"
+    );
+
+    let uid = vmi.metadata.uid.clone();
+    let out = virtctl(namespace, &["soft-reboot", vm]);
+    assert_eq!(
+        (out.code, out.stdout.trim()),
+        (
+            Some(0),
+            format!("VMI {vm} was scheduled to soft-reboot").as_str()
+        ),
+        "virtctl soft-reboot: {out:?}"
+    );
+    let rebooted = Instant::now();
+    let (namespace_owned, vm_owned) = (namespace.to_string(), vm.to_string());
+    tokio::task::spawn_blocking(move || -> Result<(), String> {
+        let mut console = ConsoleSession::open(&namespace_owned, &vm_owned)?;
+        console.shown("reboot: Restarting system", BOOT)?;
+        console.shown("Linux version", BOOT)?;
+        console.escape().map(drop)
+    })
+    .await
+    .expect("the console session thread")
+    .unwrap_or_else(|e| panic!("{vm}: the guest did not reboot after soft-reboot: {e}"));
+    let after = vmis.get(vm).await.expect("the VMI after the soft reboot");
+    assert_eq!(
+        after.metadata.uid, uid,
+        "{vm}: the same VMI runs after a soft reboot"
+    );
+    assert_eq!(
+        after.status.as_ref().and_then(|s| s.phase),
+        Some(api::VmiPhase::Running),
+        "{vm} after the soft reboot"
+    );
+    format!(
+        "; guest agent connected {:.1} s after the login ({} user(s), {} filesystem(s)); \
+         soft-reboot: new boot on the console {:.1} s later",
+        to_agent.as_secs_f64(),
+        users["items"].as_array().map_or(0, Vec::len),
+        filesystems["items"].as_array().map_or(0, Vec::len),
+        rebooted.elapsed().as_secs_f64()
     )
 }
 
@@ -202,14 +522,20 @@ async fn a_debian_cloud_image_boots_its_own_kernel_and_through_firmware_and_clou
     let namespace = TestNamespace::create(&client, "e2e-debian").await;
     let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &namespace.name);
     let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), &namespace.name);
+    let key = std::sync::Arc::new(SshKey::new());
     let mut failures = Vec::new();
     for boot in boots() {
         let vm = boot.vm;
-        vms.create(&PostParams::default(), &debian_vm(&boot))
+        vms.create(&PostParams::default(), &debian_vm(&boot, &key.public))
             .await
             .unwrap_or_else(|e| panic!("VM {vm} created: {e}"));
         // Its own task: a failed boot is reported, and the next one still runs.
-        let task = tokio::spawn(boot_and_log_in(vmis.clone(), namespace.name.clone(), boot));
+        let task = tokio::spawn(boot_and_log_in(
+            vmis.clone(),
+            namespace.name.clone(),
+            boot,
+            key.clone(),
+        ));
         match task.await {
             Ok(line) => println!("{line}"),
             Err(e) => failures.push(e.to_string()),

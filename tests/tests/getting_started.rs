@@ -8,7 +8,7 @@
 //! `virtctl pause vmi` (Paused condition) and `unpause` (the console answers again),
 //! `virtctl restart` (a new VMI that runs), `virtctl stop` (no VMI, the VM Stopped). And what
 //! virtctl says, with which exit code, for a VM that does not exist, for `guestosinfo` and
-//! `softreboot` without a guest agent, for `stop --grace-period` without `--force`; `virtctl
+//! `soft-reboot` without a guest agent, for `stop --grace-period` without `--force`; `virtctl
 //! version` and virt-api's `healthz` through kube-apiserver; `virtctl stop --force
 //! --grace-period 0` of a started VM.
 //!
@@ -205,17 +205,20 @@ fn the_other_commands(namespace: &str) {
         "guestosinfo: expected KubeVirt's `VMI does not have guest agent connected`, got: {}",
         out.stderr
     );
-    let out = virtctl(namespace, &["softreboot", VM]);
+    let out = virtctl(namespace, &["soft-reboot", VM]);
     assert_eq!(
         out.code,
         Some(1),
-        "softreboot without a guest agent: {out:?}"
+        "soft-reboot without a guest agent: {out:?}"
     );
     assert!(
-        out.stderr
-            .starts_with(&format!("Error softrebooting VirtualMachineInstance {VM}:"))
-            && out.stderr.contains("softreboot is not supported"),
-        "softreboot: {}",
+        out.stderr.starts_with(&format!(
+            "Error soft rebooting VirtualMachineInstance {VM}:"
+        )) && out
+            .stderr
+            .contains("VMI does not have guest agent connected")
+            && out.stderr.contains("not supported by ferrovirt"),
+        "soft-reboot: {}",
         out.stderr
     );
     let out = virtctl(namespace, &["stop", VM, "--grace-period", "5"]);
