@@ -55,30 +55,6 @@ pub struct SshArgs {
     pub local_ssh_opts: Vec<String>,
 }
 
-impl SshArgs {
-    /// The options, or why they cannot be honoured.
-    pub fn options(&self) -> Result<crate::ssh::SshOptions, String> {
-        if !self.local_ssh {
-            return Err(
-                "--local-ssh=false (virtctl's built-in SSH client) is not supported by ferrovirt's \
-                 virtctl: it runs the local ssh client"
-                    .into(),
-            );
-        }
-        Ok(crate::ssh::SshOptions {
-            username: self.username.clone(),
-            port: self.port,
-            identity_file: self.identity_file.clone(),
-            known_hosts: self.known_hosts.clone(),
-            local_ssh_opts: self
-                .local_ssh_opts
-                .iter()
-                .flat_map(|o| o.split_whitespace().map(str::to_string).collect::<Vec<_>>())
-                .collect(),
-        })
-    }
-}
-
 /// Whether `pause`/`unpause` name a VM or a VMI (both act on the VMI of that name).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Target {

@@ -147,13 +147,13 @@ where
     let incoming = async move {
         while let Ok(Some(frame)) = read_frame(&mut ws_read).await {
             match frame.opcode {
-                OP_BINARY | OP_TEXT | OP_CONTINUATION => {
+                OP_BINARY | OP_TEXT | OP_CONTINUATION
                     if local_write.write_all(&frame.payload).await.is_err()
-                        || local_write.flush().await.is_err()
-                    {
-                        break;
-                    }
+                        || local_write.flush().await.is_err() =>
+                {
+                    break;
                 }
+                OP_BINARY | OP_TEXT | OP_CONTINUATION => {}
                 OP_PING => {
                     let _ = pong_tx.send(frame.payload).await;
                 }

@@ -8,6 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::cli::SshArgs;
 use crate::portforward::Target;
 
 /// What `ssh` and `scp` share.
@@ -19,6 +20,30 @@ pub struct SshOptions {
     pub known_hosts: Option<PathBuf>,
     /// Options given to ssh as they are (`-t "-o StrictHostKeyChecking=no"`).
     pub local_ssh_opts: Vec<String>,
+}
+
+impl SshArgs {
+    /// The options, or why they cannot be honoured.
+    pub fn options(&self) -> Result<SshOptions, String> {
+        if !self.local_ssh {
+            return Err(
+                "--local-ssh=false (virtctl's built-in SSH client) is not supported by ferrovirt's \
+                 virtctl: it runs the local ssh client"
+                    .into(),
+            );
+        }
+        Ok(SshOptions {
+            username: self.username.clone(),
+            port: self.port,
+            identity_file: self.identity_file.clone(),
+            known_hosts: self.known_hosts.clone(),
+            local_ssh_opts: self
+                .local_ssh_opts
+                .iter()
+                .flat_map(|o| o.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+                .collect(),
+        })
+    }
 }
 
 /// A `[USER@]TYPE/NAME[.NAMESPACE]` destination: the user (from it or `--username`) and target.
