@@ -358,6 +358,16 @@ impl<S: Read + Write> AgentSession<S> {
             .map(|s| replies::bounded_string(s, replies::MAX_STRING))
     }
 
+    /// `guest-fsfreeze-freeze`: flushes and freezes the guest's filesystems; how many.
+    pub fn fsfreeze_freeze(&mut self, timeout: Duration) -> Result<u64, AgentError> {
+        self.query::<u64>("guest-fsfreeze-freeze", timeout)
+    }
+
+    /// `guest-fsfreeze-thaw`: thaws them; how many.
+    pub fn fsfreeze_thaw(&mut self, timeout: Duration) -> Result<u64, AgentError> {
+        self.query::<u64>("guest-fsfreeze-thaw", timeout)
+    }
+
     /// `guest-shutdown`: answered only when it fails, so this writes the request and waits at
     /// most `error_window` for an error reply. Silence, or the channel closing (the guest going
     /// down), is success. Sync first: the line read must be this command's.

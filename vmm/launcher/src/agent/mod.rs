@@ -30,7 +30,7 @@ pub mod snapshot;
 
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -48,6 +48,8 @@ const READ_TIMEOUT: Duration = Duration::from_millis(200);
 const WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long a reboot request waits for an error reply (success is not answered).
 const SHUTDOWN_ERROR_WINDOW: Duration = Duration::from_secs(1);
+/// How long freezing (the guest flushes every filesystem first) and thawing may take.
+const FREEZE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The poller's pace and deadlines.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -155,6 +157,8 @@ struct Shared {
     link: Mutex<Link>,
     report: Mutex<v1::GuestAgent>,
     changed: AtomicBool,
+    /// Counts freezes and thaws: an automatic thaw acts only if nothing came after its freeze.
+    freezes: AtomicU64,
     control: Mutex<Control>,
     wake: Condvar,
 }
@@ -175,6 +179,7 @@ impl AgentChannel {
                 "the guest agent has not been polled yet".into(),
             )),
             changed: AtomicBool::new(false),
+            freezes: AtomicU64::new(0),
             control: Mutex::new(Control::default()),
             wake: Condvar::new(),
         });
@@ -208,21 +213,53 @@ impl AgentChannel {
         self.shared.changed.swap(false, Ordering::SeqCst)
     }
 
+    /// Freezes the guest's filesystems (`guest-fsfreeze-freeze`) and, unless `unfreeze_after`
+    /// is zero, thaws them by itself once that has passed without an [`AgentChannel::thaw`],
+    /// as KubeVirt's `unfreezeTimeout` does. Returns how many filesystems froze.
+    pub fn freeze(&self, unfreeze_after: Duration) -> Result<u64, ChannelError> {
+        let frozen = self.shared.exchange("guest-fsfreeze-freeze", |session| {
+            session.fsfreeze_freeze(FREEZE_TIMEOUT)
+        })?;
+        let generation = self.shared.freezes.fetch_add(1, Ordering::SeqCst) + 1;
+        self.shared.changed.store(true, Ordering::SeqCst);
+        if !unfreeze_after.is_zero() {
+            let shared = Arc::clone(&self.shared);
+            let spawned = thread::Builder::new()
+                .name("guest-agent-thaw".into())
+                .spawn(move || {
+                    thread::sleep(unfreeze_after);
+                    // Only the freeze this timer belongs to: not one after a thaw and refreeze.
+                    if shared.freezes.load(Ordering::SeqCst) == generation {
+                        log::warn!(
+                            "the guest's filesystems were frozen for {unfreeze_after:?} without \
+                             an unfreeze: thawing them"
+                        );
+                        if let Err(e) = shared.thaw() {
+                            log::warn!("thawing the guest's filesystems: {}", chain(&e));
+                        }
+                    }
+                });
+            if let Err(e) = spawned {
+                log::warn!("no automatic thaw after {unfreeze_after:?}: {e}");
+            }
+        }
+        Ok(frozen)
+    }
+
+    /// Thaws the guest's filesystems (`guest-fsfreeze-thaw`); how many thawed.
+    pub fn thaw(&self) -> Result<u64, ChannelError> {
+        // A pending automatic thaw is for an earlier freeze now.
+        self.shared.freezes.fetch_add(1, Ordering::SeqCst);
+        self.shared.thaw()
+    }
+
     /// Asks the guest to reboot (`guest-shutdown`, mode reboot): syncs, sends the request and
     /// waits briefly for an error (success is not answered). [`ChannelError::unreachable`]
     /// when the agent does not answer the sync.
     pub fn reboot(&self) -> Result<(), ChannelError> {
-        let mut link = self.shared.link();
-        let result = link
-            .connect_and_sync(&self.shared.socket, self.shared.timings.sync)
-            .and_then(|session| {
-                session
-                    .shutdown(ShutdownMode::Reboot, SHUTDOWN_ERROR_WINDOW)
-                    .map_err(|e| ChannelError::Command("guest-shutdown", e))
-            });
-        // Whatever came of it, the poller syncs before its next command.
-        link.in_step = false;
-        result
+        self.shared.exchange("guest-shutdown", |session| {
+            session.shutdown(ShutdownMode::Reboot, SHUTDOWN_ERROR_WINDOW)
+        })
     }
 }
 
@@ -233,6 +270,29 @@ impl Drop for AgentChannel {
 }
 
 impl Shared {
+    /// One command out of the poller's turn: sync, then `run`; the poller syncs again after.
+    fn exchange<T>(
+        &self,
+        command: &'static str,
+        run: impl FnOnce(&mut AgentSession<UnixStream>) -> Result<T, AgentError>,
+    ) -> Result<T, ChannelError> {
+        let mut link = self.link();
+        let result = link
+            .connect_and_sync(&self.socket, self.timings.sync)
+            .and_then(|session| run(session).map_err(|e| ChannelError::Command(command, e)));
+        link.in_step = false;
+        result
+    }
+
+    /// `guest-fsfreeze-thaw`; how many filesystems thawed.
+    fn thaw(&self) -> Result<u64, ChannelError> {
+        let thawed = self.exchange("guest-fsfreeze-thaw", |session| {
+            session.fsfreeze_thaw(FREEZE_TIMEOUT)
+        })?;
+        self.changed.store(true, Ordering::SeqCst);
+        Ok(thawed)
+    }
+
     fn control(&self) -> MutexGuard<'_, Control> {
         self.control.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -251,7 +311,9 @@ impl Shared {
         while self.wait_turn(next) {
             let started = Instant::now();
             let report = match self.poll_round() {
-                Ok(polled) => snapshot::connected(polled),
+                Ok(polled) => {
+                    snapshot::keep_while_frozen(snapshot::connected(polled), &self.report())
+                }
                 Err(e) => {
                     log::debug!("guest agent poll: {}", chain(&e));
                     // A command the agent did not answer: connect anew (step 4). A failed

@@ -63,6 +63,34 @@ pub fn connected(polled: Polled) -> v1::GuestAgent {
     }
 }
 
+/// While the guest's filesystems are frozen the agent refuses most commands (they would touch
+/// the filesystems): the parts they would give are the last report's, not gone.
+pub fn keep_while_frozen(mut report: v1::GuestAgent, last: &v1::GuestAgent) -> v1::GuestAgent {
+    if report.fs_freeze_status != "frozen" || !last.connected {
+        return report;
+    }
+    if report.os.is_none() {
+        report.os.clone_from(&last.os);
+    }
+    if report.hostname.is_empty() {
+        report.hostname.clone_from(&last.hostname);
+    }
+    if report.timezone.is_empty() {
+        report.timezone.clone_from(&last.timezone);
+        report.timezone_offset_seconds = last.timezone_offset_seconds;
+    }
+    if report.users.is_empty() {
+        report.users.clone_from(&last.users);
+    }
+    if report.filesystems.is_empty() {
+        report.filesystems.clone_from(&last.filesystems);
+    }
+    if report.interfaces.is_empty() {
+        report.interfaces.clone_from(&last.interfaces);
+    }
+    report
+}
+
 /// The report when the agent did not answer: why, and nothing else (what an earlier poll said
 /// may no longer hold).
 pub fn disconnected(error: String) -> v1::GuestAgent {
@@ -246,5 +274,35 @@ mod tests {
         renamed.host_name = Some("other".into());
         assert_ne!(notable(&before), notable(&connected(renamed)));
         assert_ne!(notable(&before), notable(&disconnected(String::new())));
+    }
+
+    #[test]
+    fn a_frozen_guest_keeps_what_the_agent_said_before() {
+        let before = v1::GuestAgent {
+            connected: true,
+            hostname: "debian".into(),
+            os: Some(v1::GuestOsInfo {
+                id: "debian".into(),
+                ..Default::default()
+            }),
+            fs_freeze_status: "thawed".into(),
+            ..Default::default()
+        };
+        let frozen = v1::GuestAgent {
+            connected: true,
+            fs_freeze_status: "frozen".into(),
+            ..Default::default()
+        };
+        let kept = keep_while_frozen(frozen.clone(), &before);
+        assert_eq!(
+            (kept.hostname.as_str(), kept.fs_freeze_status.as_str()),
+            ("debian", "frozen")
+        );
+        assert_eq!(kept.os, before.os);
+        let thawed = v1::GuestAgent {
+            fs_freeze_status: "thawed".into(),
+            ..frozen
+        };
+        assert_eq!(keep_while_frozen(thawed.clone(), &before), thawed);
     }
 }

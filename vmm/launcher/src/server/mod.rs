@@ -207,6 +207,27 @@ impl v1::launcher_server::Launcher for LauncherService {
             .await
     }
 
+    async fn freeze(
+        &self,
+        request: Request<v1::FreezeRequest>,
+    ) -> Result<Response<v1::DomainResponse>, Status> {
+        let request = request.into_inner();
+        let after = std::time::Duration::from_secs(request.unfreeze_timeout_seconds);
+        self.domain_call("Freeze", move |launcher| {
+            launcher.freeze(&request.vmi, after)
+        })
+        .await
+    }
+
+    async fn unfreeze(
+        &self,
+        request: Request<v1::VmiRequest>,
+    ) -> Result<Response<v1::DomainResponse>, Status> {
+        let vmi = request.into_inner().vmi;
+        self.domain_call("Unfreeze", move |launcher| launcher.unfreeze(&vmi))
+            .await
+    }
+
     async fn ping(
         &self,
         _: Request<v1::PingRequest>,
