@@ -177,6 +177,9 @@ pub struct VirtualMachineInstanceStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[serde(rename = "guestOSInfo")]
     pub guest_os_info: Option<GuestOsInfo>,
+    /// `frozen` while the guest agent holds the guest's filesystems frozen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fs_freeze_status: Option<String>,
     /// When the VMI entered each phase.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub phase_transition_timestamps: Vec<PhaseTransitionTimestamp>,

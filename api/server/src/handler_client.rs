@@ -8,8 +8,8 @@
 //! its certificate chains to that Secret's CA and names `virt-handler.kubevirt.svc` (see
 //! [`crate::tls::handler_client_config`]):
 //!
-//! - `PUT /v1/vmis/{uid}/{pause|unpause|reset|softreboot}` -> `200`, or an error status with
-//!   the reason as text;
+//! - `PUT /v1/vmis/{uid}/{pause|unpause|reset|softreboot|unfreeze}` and
+//!   `PUT /v1/vmis/{uid}/freeze/{seconds}` -> `200`, or an error status with the reason as text;
 //! - `GET /v1/vmis/{uid}/{guestosinfo|userlist|filesystemlist}` -> `200` with KubeVirt's JSON
 //!   of what the guest agent said, or an error status with the reason as text;
 //! - `GET /v1/vmis/{uid}/console` with `Connection: Upgrade`, `Upgrade: ferrovirt-console`
@@ -62,6 +62,9 @@ pub enum HandlerAction {
     Unpause,
     Reset,
     SoftReboot,
+    /// Freeze, thawed by the launcher after this many seconds.
+    Freeze(u64),
+    Unfreeze,
 }
 
 impl HandlerAction {
@@ -71,6 +74,16 @@ impl HandlerAction {
             HandlerAction::Unpause => "unpause",
             HandlerAction::Reset => "reset",
             HandlerAction::SoftReboot => "softreboot",
+            HandlerAction::Freeze(_) => "freeze",
+            HandlerAction::Unfreeze => "unfreeze",
+        }
+    }
+
+    /// The handler path's last part(s) for this action.
+    fn path(self) -> String {
+        match self {
+            HandlerAction::Freeze(seconds) => format!("freeze/{seconds}"),
+            other => other.name().to_string(),
         }
     }
 }
@@ -218,7 +231,7 @@ impl HandlerConnection {
 
     /// Asks the handler to pause, unpause or reset the VMI `uid`.
     pub async fn act(&self, uid: &str, action: HandlerAction) -> Result<(), ApiError> {
-        let request = Self::request(http::Method::PUT, &handler_path(uid, action.name()))
+        let request = Self::request(http::Method::PUT, &handler_path(uid, &action.path()))
             .body(Empty::new())
             .map_err(|e| ApiError::internal(e.to_string()))?;
         self.call(request, action.name()).await.map(drop)

@@ -78,6 +78,28 @@ pub struct PauseOptions {
     pub dry_run: Vec<String>,
 }
 
+/// Body of `freeze` (`v1.FreezeUnfreezeTimeout`): how long the guest stays frozen at most.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FreezeUnfreezeTimeout {
+    /// A Go duration (`5m0s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unfreeze_timeout: Option<String>,
+}
+
+impl FreezeUnfreezeTimeout {
+    /// The timeout in whole seconds; it must be set.
+    pub fn seconds(&self) -> Result<u64, String> {
+        let text = self
+            .unfreeze_timeout
+            .as_deref()
+            .ok_or("Unfreeze timeout must be set")?;
+        let duration =
+            api::duration::parse(text).map_err(|e| format!("unfreezeTimeout {text:?}: {e}"))?;
+        Ok(duration.as_secs())
+    }
+}
+
 /// Whether a `dryRun` list asks for a dry run.
 pub fn is_dry_run(dry_run: &[String]) -> bool {
     dry_run.iter().any(|d| d == DRY_RUN_ALL)
@@ -96,6 +118,21 @@ pub fn parse_body<T: Default + serde::de::DeserializeOwned>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn freeze_needs_its_unfreeze_timeout() {
+        let body: FreezeUnfreezeTimeout = parse_body(br#"{"unfreezeTimeout": "5m0s"}"#).unwrap();
+        assert_eq!(body.seconds(), Ok(300));
+        let empty: FreezeUnfreezeTimeout = parse_body(b"{}").unwrap();
+        assert_eq!(empty.seconds().unwrap_err(), "Unfreeze timeout must be set");
+        let bad = FreezeUnfreezeTimeout {
+            unfreeze_timeout: Some("soon".into()),
+        };
+        assert!(bad
+            .seconds()
+            .unwrap_err()
+            .starts_with("unfreezeTimeout \"soon\""));
+    }
 
     #[test]
     fn empty_body_is_default() {

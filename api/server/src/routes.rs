@@ -46,6 +46,8 @@ pub enum Subresource {
     GuestOsInfo,
     UserList,
     FilesystemList,
+    Freeze,
+    Unfreeze,
     /// `portforward/{port}[/{protocol}]` of a VMI ([`Route::PortForward`]).
     VmiPortForward,
     /// The same through the VM, to its VMI.
@@ -68,6 +70,8 @@ impl Subresource {
             Subresource::GuestOsInfo => "guestosinfo",
             Subresource::UserList => "userlist",
             Subresource::FilesystemList => "filesystemlist",
+            Subresource::Freeze => "freeze",
+            Subresource::Unfreeze => "unfreeze",
             Subresource::VmiPortForward | Subresource::VmPortForward => PORT_FORWARD,
             Subresource::Start => "start",
             Subresource::Stop => "stop",
@@ -105,7 +109,7 @@ impl Subresource {
     }
 
     /// Every subresource, for discovery.
-    pub const ALL: [Subresource; 15] = [
+    pub const ALL: [Subresource; 17] = [
         Subresource::Console,
         Subresource::Pause,
         Subresource::Unpause,
@@ -114,6 +118,8 @@ impl Subresource {
         Subresource::GuestOsInfo,
         Subresource::UserList,
         Subresource::FilesystemList,
+        Subresource::Freeze,
+        Subresource::Unfreeze,
         Subresource::VmiPortForward,
         Subresource::VmPortForward,
         Subresource::Start,

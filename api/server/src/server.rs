@@ -399,10 +399,19 @@ async fn subresource(
                 .map_err(|e| ApiError::internal(format!("Internal error occurred: {e}")))?;
             vm_response(&vm)
         }
-        Subresource::SoftReboot => {
+        Subresource::SoftReboot | Subresource::Freeze | Subresource::Unfreeze => {
+            let action = match sub.subresource {
+                Subresource::Freeze => {
+                    let body = read_body(request).await?;
+                    let timeout: options::FreezeUnfreezeTimeout = parse(&body)?;
+                    HandlerAction::Freeze(timeout.seconds().map_err(ApiError::bad_request)?)
+                }
+                Subresource::Unfreeze => HandlerAction::Unfreeze,
+                _ => HandlerAction::SoftReboot,
+            };
             let vmi = vmi_actions::load(client, ns, name).await?;
-            vmi_actions::check_agent(&vmi, true)?;
-            state.handlers.act(&vmi, HandlerAction::SoftReboot).await?;
+            vmi_actions::check_agent(&vmi, action == HandlerAction::SoftReboot)?;
+            state.handlers.act(&vmi, action).await?;
             Ok(json_response(StatusCode::OK, Vec::new()))
         }
         Subresource::Pause | Subresource::Unpause | Subresource::Reset => {

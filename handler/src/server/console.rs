@@ -55,21 +55,13 @@ impl Consoles {
     }
 }
 
-fn asks_for_console_upgrade(request: &Request<Incoming>) -> bool {
-    request
-        .headers()
-        .get(header::UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case(CONSOLE_UPGRADE))
-}
-
 /// Connects to the console socket, answers 101 and relays in the background.
 pub async fn open(
     config: &ServerConfig,
     uid: &str,
     mut request: Request<Incoming>,
 ) -> Response<Full<Bytes>> {
-    if !asks_for_console_upgrade(&request) {
+    if !super::asks_for_upgrade(&request, CONSOLE_UPGRADE) {
         return text(
             StatusCode::BAD_REQUEST,
             format!("the console needs Connection: Upgrade, Upgrade: {CONSOLE_UPGRADE}"),

@@ -13,8 +13,9 @@
 //! A VMI is named by its UID, which is also the name of its socket directory
 //! (`<socket root>/<uid>/`, holding `launcher-sock` and `console-sock`):
 //!
-//! - `PUT /v1/vmis/{uid}/{pause|unpause|reset|softreboot}`: calls the launcher's Pause,
-//!   Unpause, Reset or SoftReboot over gRPC; `200`, or `404` (no launcher here), `409` (the
+//! - `PUT /v1/vmis/{uid}/{pause|unpause|reset|softreboot|unfreeze}` and
+//!   `PUT /v1/vmis/{uid}/freeze/{unfreeze timeout in seconds}`: calls the launcher's Pause,
+//!   Unpause, Reset, SoftReboot, Unfreeze or Freeze over gRPC; `200`, or `404` (no launcher here), `409` (the
 //!   launcher refuses in this state, or has no guest agent to reboot through), `500`, with the
 //!   reason as text.
 //! - `GET /v1/vmis/{uid}/{guestosinfo|userlist|filesystemlist}`: what the launcher last heard
@@ -150,6 +151,15 @@ fn text(code: StatusCode, message: impl Into<String>) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(message.into())));
     *response.status_mut() = code;
     response
+}
+
+/// Whether `request` asks to switch to `protocol` (`Upgrade:`).
+fn asks_for_upgrade(request: &Request<Incoming>, protocol: &str) -> bool {
+    request
+        .headers()
+        .get(http::header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case(protocol))
 }
 
 fn launcher_socket(config: &ServerConfig, uid: &str) -> PathBuf {

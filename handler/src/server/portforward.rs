@@ -99,14 +99,6 @@ fn dial(socket: &std::path::Path, port: u16) -> Result<TcpStream, DialError> {
     })
 }
 
-fn asks_for_upgrade(request: &Request<Incoming>) -> bool {
-    request
-        .headers()
-        .get(header::UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case(PORT_FORWARD_UPGRADE))
-}
-
 /// Connects to the guest's `port`, answers 101 and relays in the background.
 pub async fn open(
     config: &ServerConfig,
@@ -114,7 +106,7 @@ pub async fn open(
     port: u16,
     mut request: Request<Incoming>,
 ) -> Response<Full<Bytes>> {
-    if !asks_for_upgrade(&request) {
+    if !super::asks_for_upgrade(&request, PORT_FORWARD_UPGRADE) {
         return text(
             StatusCode::BAD_REQUEST,
             format!("port-forward needs Connection: Upgrade, Upgrade: {PORT_FORWARD_UPGRADE}"),

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use contract::proto::v1::{GetDomainRequest, GuestAgent, VmiRequest};
+use contract::proto::v1::{FreezeRequest, GetDomainRequest, GuestAgent, VmiRequest};
 use http::{Method, StatusCode};
 use tonic::transport::Channel;
 
@@ -18,6 +18,9 @@ pub enum VmiAction {
     Unpause,
     Reset,
     SoftReboot,
+    /// Freeze, thawed by the launcher after this many seconds (0: never).
+    Freeze(u64),
+    Unfreeze,
 }
 
 /// What a request asks for.
@@ -40,12 +43,19 @@ fn valid_uid(uid: &str) -> bool {
 pub fn route(method: &Method, path: &str) -> HandlerRoute {
     let parts: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
     match (method, parts.as_slice()) {
+        (&Method::PUT, ["v1", "vmis", uid, "freeze", seconds]) if valid_uid(uid) => {
+            match seconds.parse::<u64>() {
+                Ok(seconds) => HandlerRoute::Action(uid.to_string(), VmiAction::Freeze(seconds)),
+                Err(_) => HandlerRoute::NotFound,
+            }
+        }
         (&Method::PUT, ["v1", "vmis", uid, action]) if valid_uid(uid) => {
             let action = match *action {
                 "pause" => VmiAction::Pause,
                 "unpause" => VmiAction::Unpause,
                 "reset" => VmiAction::Reset,
                 "softreboot" => VmiAction::SoftReboot,
+                "unfreeze" => VmiAction::Unfreeze,
                 _ => return HandlerRoute::NotFound,
             };
             HandlerRoute::Action(uid.to_string(), action)
@@ -117,6 +127,14 @@ pub async fn call_launcher(
         VmiAction::Unpause => within_timeout(client.unpause(request)).await,
         VmiAction::Reset => within_timeout(client.reset(request)).await,
         VmiAction::SoftReboot => within_timeout(client.soft_reboot(request)).await,
+        VmiAction::Unfreeze => within_timeout(client.unfreeze(request)).await,
+        VmiAction::Freeze(seconds) => {
+            let request = FreezeRequest {
+                vmi: request.vmi,
+                unfreeze_timeout_seconds: seconds,
+            };
+            within_timeout(client.freeze(request)).await
+        }
     }
     .map(drop)
 }
@@ -185,6 +203,18 @@ mod tests {
         );
         assert_eq!(
             route(&Method::GET, &format!("/v1/vmis/{uid}/shutdown")),
+            HandlerRoute::NotFound
+        );
+        assert_eq!(
+            route(&Method::PUT, &format!("/v1/vmis/{uid}/freeze/300")),
+            HandlerRoute::Action(uid.into(), VmiAction::Freeze(300))
+        );
+        assert_eq!(
+            route(&Method::PUT, &format!("/v1/vmis/{uid}/unfreeze")),
+            HandlerRoute::Action(uid.into(), VmiAction::Unfreeze)
+        );
+        assert_eq!(
+            route(&Method::PUT, &format!("/v1/vmis/{uid}/freeze/soon")),
             HandlerRoute::NotFound
         );
         assert_eq!(

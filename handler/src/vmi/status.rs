@@ -168,16 +168,19 @@ pub fn status_after_sync_failure(
 }
 
 /// What the guest agent said: the `AgentConnected` condition (present and true only while the
-/// agent answers, as in KubeVirt), `guestOSInfo`, and on each interface the guest's own name
+/// agent answers, as in KubeVirt), `guestOSInfo`, `fsFreezeStatus`, and on each interface the guest's own name
 /// for it (`infoSource: domain, guest-agent`). The interface's addresses stay the Pod's: with
 /// the masquerade binding the guest is reached there, not at the address the agent sees.
 fn guest_agent(status: &mut VirtualMachineInstanceStatus, agent: Option<&GuestAgent>) {
     let Some(agent) = agent.filter(|a| a.connected) else {
         status.conditions.retain(|c| c.type_ != "AgentConnected");
         status.guest_os_info = None;
+        status.fs_freeze_status = None;
         return;
     };
     set_condition(status, Condition::new("AgentConnected", true, "", ""));
+    // As KubeVirt: set while frozen, absent once thawed.
+    status.fs_freeze_status = (agent.fs_freeze_status == "frozen").then(|| "frozen".to_string());
     status.guest_os_info = agent.os.as_ref().map(|os| GuestOsInfo {
         name: non_empty(&os.name),
         pretty_name: non_empty(&os.pretty_name),
