@@ -15,7 +15,8 @@
 //! appears) reaches virt-handler through the launcher: on the first VM the test waits for the
 //! VMI's `AgentConnected` condition and `status.guestOSInfo`, then checks what `virtctl
 //! guestosinfo`, `userlist` (the user logged in on the console) and `fslist` (the root
-//! filesystem) print, and that `virtctl soft-reboot` reboots the guest from inside (the kernel's
+//! filesystem) print, that `freeze` (the VMI's `fsFreezeStatus`) holds a write in the guest until
+//! `unfreeze`, and that `virtctl soft-reboot` reboots the guest from inside (the kernel's
 //! "reboot: Restarting system" and a new boot on the console, the same VMI still Running).
 
 use std::time::{Duration, Instant};
@@ -393,6 +394,90 @@ fn port_forward_banner(namespace: &str, vm: &str, port: u16) -> Result<String, S
     })
 }
 
+/// PUTs `body` to the VMI's subresource `sub` (`kubectl replace --raw`, a PUT).
+fn put_subresource(namespace: &str, vm: &str, sub: &str, body: &serde_json::Value) {
+    let file = tempfile::NamedTempFile::new().expect("a temporary file");
+    std::fs::write(file.path(), body.to_string()).expect("the body");
+    let path = format!(
+        "/apis/subresources.kubevirt.io/v1/namespaces/{namespace}/virtualmachineinstances/{vm}/{sub}"
+    );
+    let out = ferrovirt_tests::kubectl(
+        namespace,
+        &[
+            "replace",
+            "--raw",
+            &path,
+            "-f",
+            &file.path().display().to_string(),
+        ],
+    );
+    assert_eq!(out.code, Some(0), "PUT {path}: {out:?}");
+}
+
+/// The VMI's `status.fsFreezeStatus`.
+async fn freeze_status(vmis: &Api<VirtualMachineInstance>, vm: &str) -> Option<String> {
+    vmis.get(vm)
+        .await
+        .ok()
+        .and_then(|v| v.status)
+        .and_then(|s| s.fs_freeze_status)
+}
+
+/// `freeze` through the API: the VMI says `fsFreezeStatus: frozen`, a file the console's shell
+/// starts to write does not appear while frozen (its write waits in the guest's kernel), and
+/// `unfreeze` lets it finish. Returns how long the write waited.
+async fn freeze_blocks_a_write(
+    vmis: &Api<VirtualMachineInstance>,
+    namespace: &str,
+    vm: &str,
+) -> Duration {
+    put_subresource(
+        namespace,
+        vm,
+        "freeze",
+        &serde_json::json!({"unfreezeTimeout": "5m"}),
+    );
+    wait_for("fsFreezeStatus frozen", Duration::from_secs(60), || async {
+        (freeze_status(vmis, vm).await.as_deref() == Some("frozen")).then_some(())
+    })
+    .await;
+    let (ns, name) = (namespace.to_string(), vm.to_string());
+    let console = tokio::task::spawn_blocking(move || -> Result<ConsoleSession, String> {
+        let mut console = ConsoleSession::open(&ns, &name)?;
+        console.prompt("$ ", Duration::from_secs(60))?;
+        console.run(
+            "sh -c 'echo data > frozen-write && echo write-$((1 + 1))-done' & echo started-$((2 + 2))",
+            "started-4",
+        )?;
+        // While frozen the write waits: its message must not come.
+        match console.shown("write-2-done", Duration::from_secs(10)) {
+            Ok(()) => Err("the write finished while the filesystems were frozen".into()),
+            Err(_) => Ok(console),
+        }
+    })
+    .await
+    .expect("the console session thread")
+    .unwrap_or_else(|e| panic!("{vm}: writing while frozen: {e}"));
+    let waited = Instant::now();
+    put_subresource(namespace, vm, "unfreeze", &serde_json::json!({}));
+    tokio::task::spawn_blocking(move || -> Result<(), String> {
+        let mut console = console;
+        console.shown("write-2-done", Duration::from_secs(120))?;
+        console.escape().map(drop)
+    })
+    .await
+    .expect("the console session thread")
+    .unwrap_or_else(|e| panic!("{vm}: the write after unfreeze: {e}"));
+    let held = waited.elapsed() + Duration::from_secs(10);
+    wait_for(
+        "fsFreezeStatus gone after unfreeze",
+        Duration::from_secs(60),
+        || async { freeze_status(vmis, vm).await.is_none().then_some(()) },
+    )
+    .await;
+    held
+}
+
 /// The guest agent's answers as virtctl prints them (JSON).
 fn virtctl_json(namespace: &str, args: &[&str]) -> Result<serde_json::Value, String> {
     let out = virtctl(namespace, args);
@@ -473,6 +558,8 @@ async fn guest_agent(vmis: &Api<VirtualMachineInstance>, namespace: &str, vm: &s
         "the root filesystem's size: {root}"
     );
 
+    let frozen_for = freeze_blocks_a_write(vmis, namespace, vm).await;
+
     let uid = vmi.metadata.uid.clone();
     let out = virtctl(namespace, &["soft-reboot", vm]);
     assert_eq!(
@@ -506,10 +593,12 @@ async fn guest_agent(vmis: &Api<VirtualMachineInstance>, namespace: &str, vm: &s
     );
     format!(
         "; guest agent connected {:.1} s after the login ({} user(s), {} filesystem(s)); \
-         soft-reboot: new boot on the console {:.1} s later",
+         freeze held a write for {:.1} s until unfreeze; soft-reboot: new boot on the console \
+         {:.1} s later",
         to_agent.as_secs_f64(),
         users["items"].as_array().map_or(0, Vec::len),
         filesystems["items"].as_array().map_or(0, Vec::len),
+        frozen_for.as_secs_f64(),
         rebooted.elapsed().as_secs_f64()
     )
 }
