@@ -30,32 +30,6 @@ use v1::DomainState;
 
 type Client = v1::launcher_client::LauncherClient<Channel>;
 
-/// Polls GetDomain until the guest agent report satisfies `ready`, with a deadline; returns the
-/// report.
-async fn wait_agent(
-    client: &mut Client,
-    what: &str,
-    timeout: Duration,
-    process: &LauncherProcess,
-    ready: impl Fn(&v1::GuestAgent) -> bool,
-) -> v1::GuestAgent {
-    let start = Instant::now();
-    loop {
-        let agent = domain(client).await.guest_agent.unwrap_or_default();
-        if ready(&agent) {
-            return agent;
-        }
-        assert!(
-            start.elapsed() < timeout,
-            "the guest agent report: {what} not within {timeout:?}; last report {agent:?}
-             launcher log:
-{}",
-            process.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
 /// How long after the call the guest agent report first says connected (GetDomain every
 /// 250 ms), or `None` within `timeout`.
 async fn first_connected(mut client: Client, timeout: Duration) -> Option<Duration> {
@@ -68,16 +42,6 @@ async fn first_connected(mut client: Client, timeout: Duration) -> Option<Durati
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     None
-}
-
-/// SoftReboot must be refused while the agent is not connected, in KubeVirt's words.
-async fn assert_soft_reboot_refused(client: &mut Client) {
-    let refused = client
-        .soft_reboot(v1::VmiRequest::default())
-        .await
-        .expect_err("SoftReboot without a guest agent");
-    assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused}");
-    assert_eq!(refused.message(), "VMI does not have guest agent connected");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

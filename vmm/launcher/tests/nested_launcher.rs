@@ -20,7 +20,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::debian_cloud::{debian_cloud_image, debian_vmi, wait_after, RUNCMD_MARKER};
-use common::{client, sync_native, wait_state, ConsoleReader, LauncherProcess, TestDirs, LAUNCHER};
+use common::{
+    client, sync_native, wait_agent, wait_state, ConsoleReader, LauncherProcess, TestDirs, LAUNCHER,
+};
 use contract::proto::v1;
 use guest_images::l1::{nested_test, nested_test_in};
 use v1::DomainState;
@@ -204,35 +206,6 @@ fn a_debian_cloud_image_boots_to_its_login_prompt_on_the_kvm_vmm_and_powers_off(
     });
 }
 
-/// Polls `GetDomain` until the guest agent answers the launcher, within `timeout`.
-async fn wait_for_agent(
-    client: &mut v1::launcher_client::LauncherClient<tonic::transport::Channel>,
-    timeout: Duration,
-) -> v1::GuestAgent {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let domain = client
-            .get_domain(v1::GetDomainRequest {})
-            .await
-            .expect("GetDomain")
-            .into_inner()
-            .domain
-            .expect("a domain");
-        let agent = domain
-            .guest_agent
-            .expect("the KVM backend's guest agent report");
-        if agent.connected {
-            return agent;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the guest agent did not answer within {timeout:?}: {}",
-            agent.error
-        );
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
-}
-
 /// The image the user brings: Debian 12 built from Debian packages (its cloud kernel, the
 /// initramfs initramfs-tools made for it, systemd, cloud-init), found and booted from its own
 /// `/boot` by the launcher on the KVM backend, with a NoCloud seed; the launcher's bundled
@@ -302,7 +275,7 @@ async fn debian_cloud_body() {
         started.elapsed().as_secs_f64()
     );
     // The image's qemu-guest-agent on the VMM's virtio-console port org.qemu.guest_agent.0.
-    let agent = wait_for_agent(&mut client, boot).await;
+    let agent = wait_agent(&mut client, "connected", boot, &process, |a| a.connected).await;
     let os = agent.os.unwrap_or_default();
     assert_eq!(
         (

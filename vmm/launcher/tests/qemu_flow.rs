@@ -142,12 +142,7 @@ async fn nocloud_vmi_on_qemu_tcg() {
     // says it is not connected, and a soft reboot is refused as KubeVirt refuses it.
     let agent = running.guest_agent.clone().expect("a guest agent report");
     assert!(!agent.connected, "{agent:?}");
-    let refused = client
-        .soft_reboot(v1::VmiRequest::default())
-        .await
-        .expect_err("SoftReboot without a guest agent");
-    assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused}");
-    assert_eq!(refused.message(), "VMI does not have guest agent connected");
+    assert_soft_reboot_refused(&mut client).await;
 
     let boot = Duration::from_secs(180);
     let ready = console.wait_for(guest_images::READY_MARKER, boot);

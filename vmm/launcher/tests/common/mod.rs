@@ -582,3 +582,39 @@ pub async fn wait_state(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Polls GetDomain until the guest agent report satisfies `ready`, with a deadline; returns the
+/// report.
+pub async fn wait_agent(
+    client: &mut v1::launcher_client::LauncherClient<Channel>,
+    what: &str,
+    timeout: Duration,
+    process: &LauncherProcess,
+    ready: impl Fn(&v1::GuestAgent) -> bool,
+) -> v1::GuestAgent {
+    let start = Instant::now();
+    loop {
+        let agent = domain(client).await.guest_agent.unwrap_or_default();
+        if ready(&agent) {
+            return agent;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "the guest agent report: {what} not within {timeout:?}; last report {agent:?}
+             launcher log:
+{}",
+            process.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// SoftReboot must be refused while the agent is not connected, in KubeVirt's words.
+pub async fn assert_soft_reboot_refused(client: &mut v1::launcher_client::LauncherClient<Channel>) {
+    let refused = client
+        .soft_reboot(v1::VmiRequest::default())
+        .await
+        .expect_err("SoftReboot without a guest agent");
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused}");
+    assert_eq!(refused.message(), "VMI does not have guest agent connected");
+}
