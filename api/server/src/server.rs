@@ -574,7 +574,7 @@ async fn open_port_forward(
         )));
     }
     let vmi = vmi_actions::load(&state.client, &sub.namespace, &sub.name).await?;
-    vmi_actions::check_port_forward(&vmi)?;
+    vmi_actions::check_port_forward(&vmi, target.port)?;
     let stream = state.handlers.port_forward(&vmi, target.port).await?;
     let label = format!(
         "port-forward to {}/{} port {}",

@@ -73,12 +73,42 @@ pub fn check_console(vmi: &VirtualMachineInstance) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// A port-forward needs a running VMI (KubeVirt's message).
-pub fn check_port_forward(vmi: &VirtualMachineInstance) -> Result<(), ApiError> {
+/// A port-forward needs a running VMI (KubeVirt's message), and reaches only the ports a
+/// masquerade interface declares when it declares some, as the Pod's NAT does in KubeVirt.
+pub fn check_port_forward(vmi: &VirtualMachineInstance, port: u16) -> Result<(), ApiError> {
     if !is_running(vmi) {
         return Err(ApiError::conflict("VMI is not running"));
     }
-    Ok(())
+    let interfaces = &vmi.spec.domain.devices.interfaces;
+    let Some(interface) = interfaces.iter().find(|i| i.masquerade.is_some()) else {
+        return Ok(());
+    };
+    if interface.ports.is_empty() {
+        return Ok(());
+    }
+    let tcp = |p: &&api::domain::Port| {
+        p.protocol
+            .as_deref()
+            .is_none_or(|proto| proto.eq_ignore_ascii_case("TCP"))
+    };
+    if interface
+        .ports
+        .iter()
+        .filter(tcp)
+        .any(|p| i64::from(p.port) == i64::from(port))
+    {
+        return Ok(());
+    }
+    let declared: Vec<String> = interface
+        .ports
+        .iter()
+        .map(|p| format!("{}/{}", p.port, p.protocol.as_deref().unwrap_or("TCP")))
+        .collect();
+    Err(ApiError::bad_request(format!(
+        "port {port}/TCP is not among the ports interface {} forwards ({})",
+        interface.name,
+        declared.join(", ")
+    )))
 }
 
 /// KubeVirt's answer when the VMI has no connected guest agent.
@@ -169,6 +199,29 @@ mod tests {
             )
         );
         assert!(check_console(&running).is_ok());
+    }
+
+    #[test]
+    fn a_port_forward_reaches_the_declared_ports_only_when_some_are() {
+        let mut running = vmi("Running", json!([]));
+        assert!(check_port_forward(&running, 22).is_ok());
+        running.spec.domain.devices.interfaces = serde_json::from_value(json!([
+            {"name": "default", "masquerade": {}, "ports": [{"port": 80}, {"port": 53, "protocol": "UDP"}]}
+        ]))
+        .unwrap();
+        assert!(check_port_forward(&running, 80).is_ok());
+        let refused = check_port_forward(&running, 53).unwrap_err();
+        assert_eq!(refused.code, http::StatusCode::BAD_REQUEST);
+        assert!(
+            refused.message.contains("80/TCP, 53/UDP"),
+            "{}",
+            refused.message
+        );
+        let stopped = vmi("Succeeded", json!([]));
+        assert_eq!(
+            check_port_forward(&stopped, 80).unwrap_err().message,
+            "VMI is not running"
+        );
     }
 
     #[test]
