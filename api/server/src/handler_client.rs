@@ -258,10 +258,7 @@ impl HandlerConnection {
         if status.is_success() {
             return Ok(body);
         }
-        Err(ApiError::new(
-            status,
-            format!("{what} failed: {}", String::from_utf8_lossy(&body).trim()),
-        ))
+        Err(failure(what, status, &String::from_utf8_lossy(&body)))
     }
 
     /// Opens the serial console of the VMI `uid`.
@@ -302,6 +299,20 @@ impl HandlerConnection {
             .await
             .map_err(|e| ApiError::internal(format!("{what} upgrade: {e}")))
     }
+}
+
+/// The error for the handler's refusal of `what` with `status` and `reason`. KubeVirt's virt-api
+/// answers a failed freeze or thaw as an internal error naming the command, whatever the cause.
+pub fn failure(what: &str, status: StatusCode, reason: &str) -> ApiError {
+    let command = match what {
+        "freeze" => "Freeze",
+        "unfreeze" => "Unfreeze",
+        _ => return ApiError::new(status, format!("{what} failed: {}", reason.trim())),
+    };
+    ApiError::internal(format!(
+        "Internal error occurred: command {command} failed: {}",
+        reason.trim()
+    ))
 }
 
 #[cfg(test)]

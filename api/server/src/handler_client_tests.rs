@@ -223,3 +223,24 @@ fn a_missing_certificate_directory_is_named() {
         "{error}"
     );
 }
+
+#[test]
+fn refusals_keep_the_handlers_status_but_a_freezes_is_kubevirts_internal_error() {
+    let paused = failure("pause", StatusCode::CONFLICT, "VMI is paused\n");
+    assert_eq!(
+        (paused.code, paused.message.as_str()),
+        (StatusCode::CONFLICT, "pause failed: VMI is paused")
+    );
+    let freeze = failure(
+        "freeze",
+        StatusCode::CONFLICT,
+        "QEMU guest agent is not connected",
+    );
+    assert_eq!(
+        (freeze.code, freeze.message.as_str()),
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Internal error occurred: command Freeze failed: QEMU guest agent is not connected"
+        )
+    );
+}

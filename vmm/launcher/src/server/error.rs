@@ -85,6 +85,9 @@ pub enum OpError {
     /// KubeVirt's words for a soft reboot without an agent.
     #[error("VMI does not have guest agent connected")]
     GuestAgentNotConnected,
+    /// libvirt's words, which KubeVirt passes on, for a freeze or thaw without an agent.
+    #[error("QEMU guest agent is not connected")]
+    NoGuestAgentToFreeze,
     #[error("guest agent")]
     GuestAgent(#[source] crate::agent::ChannelError),
 }
@@ -95,7 +98,8 @@ impl OpError {
             OpError::NoVm
             | OpError::Gone(_)
             | OpError::Migration(_)
-            | OpError::GuestAgentNotConnected => Code::FailedPrecondition,
+            | OpError::GuestAgentNotConnected
+            | OpError::NoGuestAgentToFreeze => Code::FailedPrecondition,
             OpError::OtherVmi(..) => Code::NotFound,
             OpError::Backend(BackendError::Exited(_)) => Code::FailedPrecondition,
             OpError::Backend(BackendError::Unsupported(_)) => Code::Unimplemented,

@@ -511,10 +511,18 @@ impl Launcher {
         })
     }
 
+    /// [`Launcher::connected_agent`] for a freeze or thaw, refused in libvirt's words.
+    fn freezing_agent(&self, vmi: &str) -> Result<Arc<AgentChannel>, OpError> {
+        self.connected_agent(vmi).map_err(|e| match e {
+            OpError::GuestAgentNotConnected => OpError::NoGuestAgentToFreeze,
+            other => other,
+        })
+    }
+
     /// Freezes the guest's filesystems through the agent, thawed by itself after
     /// `unfreeze_after` (zero: only by [`Launcher::unfreeze`]).
     pub fn freeze(&self, vmi: &str, unfreeze_after: Duration) -> Result<v1::Domain, OpError> {
-        let agent = self.connected_agent(vmi)?;
+        let agent = self.freezing_agent(vmi)?;
         let frozen = agent.freeze(unfreeze_after).map_err(OpError::GuestAgent)?;
         log::info!(
             "froze {frozen} filesystem(s) of the guest (thawed by itself after {unfreeze_after:?})"
@@ -524,7 +532,7 @@ impl Launcher {
 
     /// Thaws the guest's filesystems through the agent.
     pub fn unfreeze(&self, vmi: &str) -> Result<v1::Domain, OpError> {
-        let agent = self.connected_agent(vmi)?;
+        let agent = self.freezing_agent(vmi)?;
         let thawed = agent.thaw().map_err(OpError::GuestAgent)?;
         log::info!("thawed {thawed} filesystem(s) of the guest");
         self.with_vm(vmi, |this, vm| Ok(this.domain(vm)))
