@@ -149,11 +149,16 @@ same pause vm no-such-vm
 same unpause vmi no-such-vm
 same migrate no-such-vm
 same soft-reboot no-such-vm
+same guestosinfo no-such-vm
+same userlist no-such-vm
+same fslist no-such-vm
 # Wrong usage.
 same start
 same pause
 same pause vm
 same stop "$vm" --force
+same ssh
+same scp
 # The VM is stopped.
 same stop "$vm"
 same pause vm "$vm"
