@@ -221,15 +221,15 @@ impl AgentChannel {
             session.fsfreeze_freeze(FREEZE_TIMEOUT)
         })?;
         let generation = self.shared.freezes.fetch_add(1, Ordering::SeqCst) + 1;
+        // An earlier freeze's automatic thaw is not this one's: it wakes and ends.
+        self.shared.wake.notify_all();
         self.shared.changed.store(true, Ordering::SeqCst);
         if !unfreeze_after.is_zero() {
             let shared = Arc::clone(&self.shared);
             let spawned = thread::Builder::new()
                 .name("guest-agent-thaw".into())
                 .spawn(move || {
-                    thread::sleep(unfreeze_after);
-                    // Only the freeze this timer belongs to: not one after a thaw and refreeze.
-                    if shared.freezes.load(Ordering::SeqCst) == generation {
+                    if shared.freeze_outlasts(generation, unfreeze_after) {
                         log::warn!(
                             "the guest's filesystems were frozen for {unfreeze_after:?} without \
                              an unfreeze: thawing them"
@@ -248,8 +248,9 @@ impl AgentChannel {
 
     /// Thaws the guest's filesystems (`guest-fsfreeze-thaw`); how many thawed.
     pub fn thaw(&self) -> Result<u64, ChannelError> {
-        // A pending automatic thaw is for an earlier freeze now.
+        // A pending automatic thaw is for an earlier freeze now: it wakes and ends.
         self.shared.freezes.fetch_add(1, Ordering::SeqCst);
+        self.shared.wake.notify_all();
         self.shared.thaw()
     }
 
@@ -282,6 +283,27 @@ impl Shared {
             .and_then(|session| run(session).map_err(|e| ChannelError::Command(command, e)));
         link.in_step = false;
         result
+    }
+
+    /// Waits up to `after` while freeze number `generation` is the last freeze or thaw; true
+    /// when it still is then (the automatic thaw is due), false once a thaw or another freeze
+    /// came, or the VM is gone.
+    fn freeze_outlasts(&self, generation: u64, after: Duration) -> bool {
+        let deadline = Instant::now() + after;
+        let mut control = self.control();
+        loop {
+            if control.stopped || self.freezes.load(Ordering::SeqCst) != generation {
+                return false;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return true;
+            }
+            control = match self.wake.wait_timeout(control, deadline - now) {
+                Ok((control, _)) => control,
+                Err(e) => e.into_inner().0,
+            };
+        }
     }
 
     /// `guest-fsfreeze-thaw`; how many filesystems thawed.
