@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use contract::sockets::CONSOLE_SOCKET;
-use http::{header, Request, Response, StatusCode};
+use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
@@ -104,15 +104,5 @@ pub async fn open(
         }
         consoles.ended(&uid, number);
     });
-    let mut response = text(StatusCode::SWITCHING_PROTOCOLS, "");
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONNECTION,
-        header::HeaderValue::from_static("Upgrade"),
-    );
-    headers.insert(
-        header::UPGRADE,
-        header::HeaderValue::from_static(CONSOLE_UPGRADE),
-    );
-    response
+    super::switching_protocols(CONSOLE_UPGRADE)
 }

@@ -153,6 +153,21 @@ fn text(code: StatusCode, message: impl Into<String>) -> Response<Full<Bytes>> {
     response
 }
 
+/// `101 Switching Protocols` to `protocol`.
+fn switching_protocols(protocol: &'static str) -> Response<Full<Bytes>> {
+    let mut response = text(StatusCode::SWITCHING_PROTOCOLS, "");
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("Upgrade"),
+    );
+    headers.insert(
+        http::header::UPGRADE,
+        http::HeaderValue::from_static(protocol),
+    );
+    response
+}
+
 /// Whether `request` asks to switch to `protocol` (`Upgrade:`).
 fn asks_for_upgrade(request: &Request<Incoming>, protocol: &str) -> bool {
     request

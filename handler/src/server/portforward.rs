@@ -18,7 +18,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use contract::podnet::{guest_address, TAP_DEVICE};
 use contract::sockets::LAUNCHER_SOCKET;
-use http::{header, Request, Response, StatusCode};
+use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
@@ -150,17 +150,7 @@ pub async fn open(
             Err(e) => log::warn!("port-forward to port {port} of {uid}: upgrade failed: {e}"),
         }
     });
-    let mut response = text(StatusCode::SWITCHING_PROTOCOLS, "");
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONNECTION,
-        header::HeaderValue::from_static("Upgrade"),
-    );
-    headers.insert(
-        header::UPGRADE,
-        header::HeaderValue::from_static(PORT_FORWARD_UPGRADE),
-    );
-    response
+    super::switching_protocols(PORT_FORWARD_UPGRADE)
 }
 
 #[cfg(test)]
