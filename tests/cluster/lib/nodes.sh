@@ -188,13 +188,16 @@ resolvConf: $dir/resolv.conf
 clusterDomain: $CLUSTER_DOMAIN
 hairpinMode: none
 serializeImagePulls: false
+# The nodes share the host's disk with builds and caches, and ext4 keeps a reserve for root
+# that the kubelet counts as used: percentages would evict Pods (virt-handler among them) and
+# delete images while gigabytes are free. hack/preflight.sh asks for 10 GiB free before a run.
 imageMinimumGCAge: 10m
-imageGCHighThresholdPercent: 95
-imageGCLowThresholdPercent: 90
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
 evictionHard:
   memory.available: 100Mi
-  nodefs.available: 2%
-  imagefs.available: 2%
+  nodefs.available: 1Gi
+  imagefs.available: 1Gi
   nodefs.inodesFree: 2%
 maxPods: 110
 rotateCertificates: false
@@ -328,6 +331,12 @@ start_kubelet() {
     pid=$(holder_pid "$name")
     local enter=(nsenter -t "$pid" -m)
     ((NODE_OWN_NETNS)) && enter+=(-n)
+    # A kubelet started before its configuration changed is restarted with the new one (its
+    # Pods keep running).
+    if daemon_running "$name-kubelet" && [[ $dir/kubelet-config.yaml -nt $RUN/$name-kubelet.pid ]]; then
+        log "kubelet on $name: its configuration changed, restarting it"
+        stop_daemon "$name-kubelet"
+    fi
     start_daemon "$name-kubelet" "$name/system" "${enter[@]}" -- "$KUBE_BIN/kubelet" \
         --config "$dir/kubelet-config.yaml" \
         --kubeconfig "$KCFG/kubelet-$name.kubeconfig" \
