@@ -55,9 +55,21 @@ elif ((!kube_cached)); then
   problems+=("Go is missing at $GO: building Kubernetes $kube_version needs Go $KUBE_GO_MIN or newer there (https://go.dev/dl, unpacked into /usr/local/go)")
 fi
 
+# Free disk space as the kubelet counts it (blocks available to every user, without root's
+# reserve): below its eviction threshold the local cluster's kubelets evict Pods, virt-handler
+# among them. Builds, images and VM disks need the rest.
+min_free_gib=${FERROVIRT_MIN_FREE_GIB:-10}
+fs_dir=$cache
+while [[ ! -d $fs_dir ]]; do fs_dir=$(dirname "$fs_dir"); done
+free_gib=$(($(stat -f -c '%a * %S' "$fs_dir") / 1024 / 1024 / 1024))
+if ((free_gib < min_free_gib)); then
+  largest=$(du -xsh "$cache"/* "$cache"/cargo-target/*/* 2>/dev/null | sort -h | tail -n 3 | awk '{printf "%s %s; ", $2, $1}')
+  problems+=("only $free_gib GiB free for unprivileged use on the filesystem of $fs_dir; the builds, the images and the local cluster need $min_free_gib GiB (FERROVIRT_MIN_FREE_GIB). Largest caches: ${largest%; } (cargo's incremental/ directories are safe to delete)")
+fi
+
 if ((${#problems[@]})); then
   echo "preflight: this machine cannot run Ferrovirt's scripts yet:" >&2
   printf '  - %s\n' "${problems[@]}" >&2
   exit 1
 fi
-echo "preflight: root, apt, Rust $rust_have (>= $rust_min), $go_summary"
+echo "preflight: root, apt, Rust $rust_have (>= $rust_min), $go_summary, $free_gib GiB free"
