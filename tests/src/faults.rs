@@ -7,11 +7,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 
-use crate::{sigkill, wait_for};
+use crate::sigkill;
 
 /// Where `cluster.sh` keeps its daemons' pid files.
 pub const CLUSTER_RUN: &str = "/var/lib/ferrovirt-cluster/run";
@@ -117,27 +117,80 @@ pub async fn restarted_since(client: &Client, before: &BTreeMap<String, i32>) ->
 pub async fn wait_restarted(client: &Client, before: &BTreeMap<String, i32>) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "kubevirt");
     for (name, restarts) in before {
-        wait_for(
-            &format!("{name} restarted and Ready"),
-            Duration::from_secs(180),
-            || async {
-                let pod = pods.get(name).await.ok()?;
-                let status = pod.status?;
-                let now: i32 = status
-                    .container_statuses
-                    .as_ref()?
-                    .iter()
-                    .map(|c| c.restart_count)
-                    .sum();
-                let ready = status
-                    .conditions?
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "True");
-                (now > *restarts && ready).then_some(())
-            },
-        )
+        let back = tokio::time::timeout(Duration::from_secs(180), async {
+            loop {
+                if let Ok(pod) = pods.get(name).await {
+                    if restarted_and_ready(&pod, *restarts) {
+                        return;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
         .await;
+        if back.is_err() {
+            panic!(
+                "{name} was not restarted and Ready within 180 s: {}",
+                why_not_back(client, &pods, name).await
+            );
+        }
     }
+}
+
+/// Whether `pod`'s containers restarted more than `restarts` times in all and it is Ready.
+fn restarted_and_ready(pod: &Pod, restarts: i32) -> bool {
+    let Some(status) = &pod.status else {
+        return false;
+    };
+    let now: i32 = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .map(|c| c.restart_count)
+        .sum();
+    let ready = status
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    now > restarts && ready
+}
+
+/// What the API says about Pod `name` and its node: its phase, reason and message, each
+/// container's state, and the node's conditions that are True (pressure, not Ready aside).
+async fn why_not_back(client: &Client, pods: &Api<Pod>, name: &str) -> String {
+    let pod = match pods.get(name).await {
+        Ok(pod) => pod,
+        Err(e) => return format!("the Pod is gone ({e})"),
+    };
+    let status = pod.status.unwrap_or_default();
+    let containers: Vec<String> = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .map(|c| format!("{} restarts {} state {:?}", c.name, c.restart_count, c.state))
+        .collect();
+    let node = pod.spec.and_then(|s| s.node_name).unwrap_or_default();
+    let conditions = match Api::<Node>::all(client.clone()).get(&node).await {
+        Ok(n) => n
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|c| (c.type_ == "Ready") != (c.status == "True"))
+            .map(|c| format!("{}={} ({})", c.type_, c.status, c.message.unwrap_or_default()))
+            .collect::<Vec<_>>()
+            .join(", "),
+        Err(e) => format!("unknown ({e})"),
+    };
+    format!(
+        "phase {:?}, reason {:?}, message {:?}; containers: {}; node {node}: {}",
+        status.phase,
+        status.reason,
+        status.message,
+        containers.join("; "),
+        if conditions.is_empty() { "no pressure, Ready".into() } else { conditions }
+    )
 }
 
 /// Kills every process of component `comm` (on `node` when given) and waits until the kubelet
