@@ -8,6 +8,7 @@
 //! |---|---|---|
 //! | [`LAUNCHER_SOCKET`] | launcher | gRPC `launcher.v1.Launcher` |
 //! | [`CONSOLE_SOCKET`] | launcher | the guest's serial port as a raw byte stream, both ways; several clients may connect |
+//! | [`VNC_SOCKET`] | QEMU, started by the launcher | the VM's screen, keyboard and mouse over VNC (RFB), when the VM has a graphics device |
 //! | [`NOTIFY_SOCKET`] | handler | gRPC `launcher.v1.Notify`: the launcher's domain events |
 //! | [`MIGRATION_SOURCE_SOCKET`] | handler | a migration source launcher sends its stream here |
 //! | [`MIGRATION_TARGET_SOCKET`] | launcher | a migration target launcher receives the stream here |
@@ -18,6 +19,8 @@ use std::path::Path;
 pub const LAUNCHER_SOCKET: &str = "launcher-sock";
 /// The serial console socket.
 pub const CONSOLE_SOCKET: &str = "console-sock";
+/// QEMU's VNC server, for a VM with a graphics device (QEMU backend).
+pub const VNC_SOCKET: &str = "vnc-sock";
 /// virt-handler's `Notify` socket; the handler names it to the launcher in `SyncVMI`.
 pub const NOTIFY_SOCKET: &str = "handler-notify";
 /// Where the handler takes a source launcher's migration stream.
@@ -60,6 +63,7 @@ mod tests {
         for name in [
             LAUNCHER_SOCKET,
             CONSOLE_SOCKET,
+            VNC_SOCKET,
             NOTIFY_SOCKET,
             MIGRATION_SOURCE_SOCKET,
             MIGRATION_TARGET_SOCKET,
