@@ -222,7 +222,9 @@ pub struct Devices {
     /// Ferrovirt has no balloon: only `false` is accepted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoattach_mem_balloon: Option<bool>,
-    /// Ferrovirt has no graphics: only `false` is accepted.
+    /// A VGA card shown by VNC (the `vnc` subresource): `true` only with
+    /// `firmware.bootloader` (QEMU's q35 machine). Unset is false here, unlike KubeVirt: a
+    /// microVM has no graphics, and a firmware-booted VM gets them when it asks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoattach_graphics_device: Option<bool>,
     #[serde(flatten)]

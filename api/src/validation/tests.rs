@@ -584,6 +584,40 @@ fn vmi_rules() {
             vec![],
         ),
         (
+            "a graphics device on a microVM (no bootloader)",
+            with(
+                vmi(),
+                "/spec/domain/devices/autoattachGraphicsDevice",
+                json!(true),
+            ),
+            vec![("spec.domain.devices.autoattachGraphicsDevice", NotSupported)],
+        ),
+        (
+            "a graphics device with firmware (QEMU's q35 and its VGA card)",
+            with(
+                vmi(),
+                "/spec/domain/devices/autoattachGraphicsDevice",
+                json!(true),
+            )
+            .pipe(|v| {
+                with(
+                    v,
+                    "/spec/domain/firmware",
+                    json!({"bootloader": {"bios": {"useSerial": true}}}),
+                )
+            }),
+            vec![],
+        ),
+        (
+            "no graphics device, said out loud",
+            with(
+                vmi(),
+                "/spec/domain/devices/autoattachGraphicsDevice",
+                json!(false),
+            ),
+            vec![],
+        ),
+        (
             "architecture",
             with(vmi(), "/spec/architecture", json!("arm64")),
             vec![("spec.architecture", NotSupported)],

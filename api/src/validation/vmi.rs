@@ -155,6 +155,16 @@ fn validate_domain(domain: &DomainSpec, path: &Path, errors: &mut Vec<FieldError
         }
     }
     validate_devices(&domain.devices, &path.child("devices"), errors);
+    let bootloader = domain.firmware.as_ref().and_then(|f| f.bootloader.as_ref());
+    if domain.devices.autoattach_graphics_device == Some(true) && bootloader.is_none() {
+        errors.push(FieldError::value_not_supported(
+            path.child("devices").child("autoattachGraphicsDevice"),
+            "true",
+            "a graphics device (a VGA card, shown by VNC) needs firmware.bootloader: a \
+             firmware boot runs on QEMU's q35 machine, which has one; a direct kernel boot runs \
+             on a microVM, which has none",
+        ));
+    }
 }
 
 /// Firmware boots on the QEMU backend: SeaBIOS (`bios`, KubeVirt's default) or OVMF without
@@ -325,20 +335,12 @@ fn validate_memory(domain: &DomainSpec, path: &Path, errors: &mut Vec<FieldError
 
 fn validate_devices(devices: &Devices, path: &Path, errors: &mut Vec<FieldError>) {
     reject_other(&devices.other, "v1.Devices", path, errors);
-    for (field, value) in [
-        ("autoattachMemBalloon", devices.autoattach_mem_balloon),
-        (
-            "autoattachGraphicsDevice",
-            devices.autoattach_graphics_device,
-        ),
-    ] {
-        if value == Some(true) {
-            errors.push(FieldError::value_not_supported(
-                path.child(field),
-                "true",
-                "a ferrovirt microVM has no such device; only false",
-            ));
-        }
+    if devices.autoattach_mem_balloon == Some(true) {
+        errors.push(FieldError::value_not_supported(
+            path.child("autoattachMemBalloon"),
+            "true",
+            "a ferrovirt microVM has no such device; only false",
+        ));
     }
     if let Some(rng) = &devices.rng {
         reject_other(&rng.other, "v1.Rng", &path.child("rng"), errors);
