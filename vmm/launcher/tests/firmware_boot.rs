@@ -8,8 +8,11 @@
 //! on the serial console, the firmware's own output (SeaBIOS's banner, OVMF's boot manager), grub,
 //! Debian's kernel banner started by grub, the `login:` prompt and the runcmd of the
 //! userData (cloud-init ran), that the boot report names the firmware, and prints the time
-//! from SyncVMI to the login prompt (TCG: minutes; printed, never asserted). A launcher whose
-//! OVMF files are missing fails SyncVMI, naming the file and the Debian package `ovmf`.
+//! from SyncVMI to the login prompt (TCG: minutes; printed, never asserted). The SeaBIOS VM has
+//! a graphics device (`autoattachGraphicsDevice: true`): Screenshot is a PNG of its screen and
+//! QEMU's VNC server greets on `vnc-sock`; the OVMF VM has none, and Screenshot is refused. A
+//! launcher whose OVMF files are missing fails SyncVMI, naming the file and the Debian package
+//! `ovmf`.
 
 mod common;
 
@@ -28,11 +31,15 @@ static ONE_BOOT_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_ne
 
 /// Boots the image with `firmware` and checks it up to the login prompt and the runcmd marker;
 /// the boot report must start with `report`, the console show `firmware_says` first (if any).
+/// With `graphics`, the VMI asks for a graphics device: QEMU's VNC server answers on
+/// `vnc-sock` in the socket directory, and Screenshot is a PNG of the screen; without, Screenshot
+/// is refused.
 async fn boots_to_login(
     name: &str,
     firmware: serde_json::Value,
     report: &str,
     firmware_says: &str,
+    graphics: bool,
 ) {
     require_qemu();
     let image = debian_cloud_image();
@@ -45,7 +52,10 @@ async fn boots_to_login(
     let mut client = client(&dirs).await;
     let console = ConsoleReader::connect(&dirs);
     let synced = Instant::now();
-    let vmi = debian_vmi(&format!("vmi-{name}"), Some(firmware));
+    let mut vmi = debian_vmi(&format!("vmi-{name}"), Some(firmware));
+    if graphics {
+        vmi["spec"]["domain"]["devices"]["autoattachGraphicsDevice"] = true.into();
+    }
     let domain = sync_emulated_domain(&mut client, &vmi, &process).await;
     println!(
         "{name}: SyncVMI took {:?}; boot: {}",
@@ -108,6 +118,7 @@ async fn boots_to_login(
         "{name}: the runcmd marker {:?} after SyncVMI",
         synced.elapsed()
     );
+    screen(&mut client, &dirs, graphics).await;
     if std::env::var_os("FERROVIRT_SHOW_CONSOLE").is_some() {
         println!("console:\n{}", console.text());
     }
@@ -127,6 +138,47 @@ async fn boots_to_login(
         .expect("Kill");
 }
 
+/// With a graphics device: Screenshot is a PNG (checked up to its IHDR) of a text-mode or larger
+/// screen, and QEMU's VNC server greets a client on `vnc-sock`. Without: Screenshot is
+/// FAILED_PRECONDITION, naming the field that would give the VM one.
+async fn screen(
+    client: &mut v1::launcher_client::LauncherClient<tonic::transport::Channel>,
+    dirs: &TestDirs,
+    graphics: bool,
+) {
+    let answer = client.screenshot(v1::VmiRequest::default()).await;
+    if !graphics {
+        let refused = answer.expect_err("Screenshot without a graphics device");
+        assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused}");
+        assert!(
+            refused.message().contains("autoattachGraphicsDevice"),
+            "{refused}"
+        );
+        return;
+    }
+    let png = answer.expect("Screenshot").into_inner().png;
+    assert!(
+        png.starts_with(b"\x89PNG\r\n\x1a\n"),
+        "not a PNG: {:02x?}",
+        &png[..png.len().min(16)]
+    );
+    let be = |at: usize| u32::from_be_bytes(png[at..at + 4].try_into().expect("4 bytes"));
+    let (width, height) = (be(16), be(20));
+    assert!(width >= 320 && height >= 200, "a {width}x{height} screen");
+    println!("screenshot: a {width}x{height} PNG of {} bytes", png.len());
+    let socket = dirs
+        .root
+        .join("sockets")
+        .join(contract::sockets::VNC_SOCKET);
+    let mut vnc = std::os::unix::net::UnixStream::connect(&socket)
+        .unwrap_or_else(|e| panic!("{}: {e}", socket.display()));
+    vnc.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("a read timeout");
+    let mut greeting = [0u8; 12];
+    std::io::Read::read_exact(&mut vnc, &mut greeting).expect("QEMU's RFB greeting");
+    assert_eq!(&greeting, b"RFB 003.008\n");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seabios_boots_the_debian_image_from_its_bios_boot_partition() {
     boots_to_login(
@@ -136,6 +188,7 @@ async fn seabios_boots_the_debian_image_from_its_bios_boot_partition() {
          rootdisk",
         // SeaBIOS's banner: useSerial put its screen on the serial port.
         "SeaBIOS (version",
+        true,
     )
     .await;
 }
@@ -148,6 +201,7 @@ async fn ovmf_boots_the_debian_image_from_its_efi_system_partition() {
         "firmware: OVMF (UEFI), Secure Boot off, booting the boot loader of disk rootdisk",
         // OVMF's boot manager starting the disk's removable-media loader.
         "BdsDxe: starting",
+        false,
     )
     .await;
 }

@@ -153,6 +153,17 @@ pub trait Backend: Send {
     fn kill(&mut self, reason: &str) -> Result<(), BackendError>;
     /// Hardware reset.
     fn reset(&mut self) -> Result<(), BackendError>;
+    /// The VM's screen as a PNG, when it has a graphics device.
+    fn screenshot(&mut self) -> Result<Vec<u8>, BackendError> {
+        Err(BackendError::Unsupported("a screenshot"))
+    }
+    /// Asks the guest's OS to reboot, without the guest agent; the VM keeps running. Returns
+    /// at once.
+    fn request_reboot(&mut self) -> Result<(), BackendError> {
+        Err(BackendError::Unsupported(
+            "a soft reboot without the guest agent",
+        ))
+    }
     /// The current status; notices a VMM that died.
     fn poll(&mut self) -> VmStatus;
     fn stats(&mut self) -> VmmStats;

@@ -85,6 +85,18 @@ pub enum OpError {
     /// KubeVirt's words for a soft reboot without an agent.
     #[error("VMI does not have guest agent connected")]
     GuestAgentNotConnected,
+    #[error(
+        "the VM has no graphics device (a VMI with firmware.bootloader gets one with \
+         spec.domain.devices.autoattachGraphicsDevice: true)"
+    )]
+    NoGraphics,
+    /// KubeVirt's words for a soft reboot with neither an agent nor ACPI, and why.
+    #[error(
+        "VMI neither have the agent connected nor the ACPI feature enabled: the KVM backend has \
+         no way to ask the guest to reboot without its agent (use the reset subresource for a \
+         hardware reset)"
+    )]
+    CannotSoftReboot,
     /// libvirt's words, which KubeVirt passes on, for a freeze or thaw without an agent.
     #[error("QEMU guest agent is not connected")]
     NoGuestAgentToFreeze,
@@ -99,6 +111,8 @@ impl OpError {
             | OpError::Gone(_)
             | OpError::Migration(_)
             | OpError::GuestAgentNotConnected
+            | OpError::CannotSoftReboot
+            | OpError::NoGraphics
             | OpError::NoGuestAgentToFreeze => Code::FailedPrecondition,
             OpError::OtherVmi(..) => Code::NotFound,
             OpError::Backend(BackendError::Exited(_)) => Code::FailedPrecondition,

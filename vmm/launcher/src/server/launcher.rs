@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use api::VirtualMachineInstance;
 use contract::proto::v1;
-use contract::sockets::{check_socket_path, CONSOLE_SOCKET, MIGRATION_TARGET_SOCKET};
+use contract::sockets::{check_socket_path, CONSOLE_SOCKET, MIGRATION_TARGET_SOCKET, VNC_SOCKET};
 use vmm::capability::KvmCapability;
 use vmm::config::{ConsoleConfig, VmConfig};
 
@@ -32,7 +32,9 @@ use super::notify::Notifier;
 use crate::agent::{AgentChannel, Timings};
 use crate::backend::kvm::KvmVm;
 use crate::backend::qemu::{Acpi, Machine, QemuVm};
-use crate::backend::{choose, Backend, BackendChoice, BackendKind, MigrationParams, VmStatus};
+use crate::backend::{
+    choose, Backend, BackendChoice, BackendError, BackendKind, MigrationParams, VmStatus,
+};
 use crate::console::ConsoleRelay;
 use crate::converter::{self, HostFacts, KernelOrigin};
 use crate::discovery;
@@ -315,7 +317,7 @@ impl Launcher {
         // its PCI machine with ACPI tables instead (the config's transport).
         // Firmware runs on q35 (PCI, ACPI of its own).
         let machine = match (firmware, boot.origin) {
-            (Some(firmware), _) => Machine::Q35(firmware),
+            (Some(firmware), _) => Machine::Q35(firmware, self.vnc_socket(&vmi)),
             (None, KernelOrigin::UserDisk | KernelOrigin::Firmware) => Machine::Microvm(Acpi::On),
             (None, KernelOrigin::KernelBoot | KernelOrigin::Bundled | KernelOrigin::Guestless) => {
                 Machine::Microvm(Acpi::Off)
@@ -433,6 +435,25 @@ impl Launcher {
             }
             Ok(this.domain(vm))
         })
+    }
+
+    /// A PNG of the VM's screen (QEMU's screendump); FAILED_PRECONDITION without a graphics
+    /// device.
+    pub fn screenshot(&self, vmi: &str) -> Result<Vec<u8>, OpError> {
+        self.with_vm(vmi, |_, vm| {
+            Self::require_live(vm)?;
+            vm.backend.screenshot().map_err(|e| match e {
+                BackendError::Unsupported(_) => OpError::NoGraphics,
+                other => other.into(),
+            })
+        })
+    }
+
+    /// Where QEMU's VNC server listens, in the socket directory virt-handler reaches, for a VMI
+    /// that asks for a graphics device (validation lets only a firmware boot, on QEMU's q35, ask).
+    fn vnc_socket(&self, vmi: &VirtualMachineInstance) -> Option<PathBuf> {
+        (vmi.spec.domain.devices.autoattach_graphics_device == Some(true))
+            .then(|| self.settings.socket_dir.join(VNC_SOCKET))
     }
 
     pub fn reset(&self, vmi: &str) -> Result<v1::Domain, OpError> {

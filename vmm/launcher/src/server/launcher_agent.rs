@@ -1,5 +1,6 @@
-//! The launcher's operations through the guest agent: soft reboot, freeze and thaw. Each takes
-//! the VM's agent channel out of the VM mutex first and talks to the guest without holding it.
+//! The launcher's operations through the guest agent: soft reboot (also without the agent,
+//! as the backend can), freeze and thaw. Each takes the VM's agent channel out of the VM
+//! mutex first and talks to the guest without holding it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,21 +9,37 @@ use contract::proto::v1;
 
 use super::{Launcher, OpError};
 use crate::agent::AgentChannel;
+use crate::backend::BackendError;
 
 impl Launcher {
-    /// Asks the guest to reboot through its guest agent. The agent must be connected (KubeVirt's
-    /// FAILED_PRECONDITION otherwise); the request goes out without the VM mutex held.
+    /// Asks the guest to reboot: through its guest agent when it answers (the request goes out
+    /// without the VM mutex held), else as the backend can without one (QEMU: ACPI's power
+    /// button, or Ctrl-Alt-Del on a machine without ACPI; [`crate::backend::Backend::request_reboot`]).
     pub fn soft_reboot(&self, vmi: &str) -> Result<v1::Domain, OpError> {
-        let agent = self.connected_agent(vmi)?;
-        match agent.reboot() {
-            Ok(()) => log::info!("soft reboot: guest-shutdown (reboot) sent to the guest agent"),
-            Err(e) if e.unreachable() => {
-                log::warn!("soft reboot: {}", crate::server::error::chain(&e));
-                return Err(OpError::GuestAgentNotConnected);
-            }
-            Err(e) => return Err(OpError::GuestAgent(e)),
+        match self.connected_agent(vmi) {
+            Ok(agent) => match agent.reboot() {
+                Ok(()) => {
+                    log::info!("soft reboot: guest-shutdown (reboot) sent to the guest agent");
+                    return self.with_vm(vmi, |this, vm| {
+                        this.poll_vm(vm);
+                        Ok(this.domain(vm))
+                    });
+                }
+                Err(e) if e.unreachable() => {
+                    log::warn!("soft reboot: {}", crate::server::error::chain(&e));
+                }
+                Err(e) => return Err(OpError::GuestAgent(e)),
+            },
+            Err(OpError::GuestAgentNotConnected) => {}
+            Err(e) => return Err(e),
         }
         self.with_vm(vmi, |this, vm| {
+            Self::require_live(vm)?;
+            match vm.backend.request_reboot() {
+                Ok(()) => log::info!("soft reboot: asked the guest without its agent"),
+                Err(BackendError::Unsupported(_)) => return Err(OpError::CannotSoftReboot),
+                Err(e) => return Err(e.into()),
+            }
             this.poll_vm(vm);
             Ok(this.domain(vm))
         })

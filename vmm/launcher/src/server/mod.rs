@@ -198,6 +198,24 @@ impl v1::launcher_server::Launcher for LauncherService {
         .await
     }
 
+    async fn screenshot(
+        &self,
+        request: Request<v1::VmiRequest>,
+    ) -> Result<Response<v1::ScreenshotResponse>, Status> {
+        let vmi = request.into_inner().vmi;
+        let launcher = Arc::clone(&self.launcher);
+        blocking(move || {
+            launcher
+                .screenshot(&vmi)
+                .map(|png| v1::ScreenshotResponse { png })
+                .map_err(|e| {
+                    log::warn!("Screenshot: {}", error::chain(&e));
+                    e.into()
+                })
+        })
+        .await
+    }
+
     async fn soft_reboot(
         &self,
         request: Request<v1::VmiRequest>,

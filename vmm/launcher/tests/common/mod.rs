@@ -608,13 +608,3 @@ pub async fn wait_agent(
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
-
-/// SoftReboot must be refused while the agent is not connected, in KubeVirt's words.
-pub async fn assert_soft_reboot_refused(client: &mut v1::launcher_client::LauncherClient<Channel>) {
-    let refused = client
-        .soft_reboot(v1::VmiRequest::default())
-        .await
-        .expect_err("SoftReboot without a guest agent");
-    assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused}");
-    assert_eq!(refused.message(), "VMI does not have guest agent connected");
-}

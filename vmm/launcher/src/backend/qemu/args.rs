@@ -57,8 +57,9 @@ pub enum Acpi {
 pub enum Machine {
     /// `microvm`, every device on virtio-mmio, direct kernel boot (or none: guestless).
     Microvm(Acpi),
-    /// `q35` with firmware, every device on PCI.
-    Q35(Firmware),
+    /// `q35` with firmware, every device on PCI; with a graphics device (a VGA card) and QEMU's
+    /// VNC server on the unix socket given, when the VMI asks for one.
+    Q35(Firmware, Option<PathBuf>),
 }
 
 /// Where QEMU's own files go: its QMP socket, the guest agent's socket, and for q35 the VM's
@@ -93,25 +94,25 @@ pub fn qemu_args(
     }
     let mut args: Vec<String> = Vec::new();
     let mut push = |items: &[&str]| args.extend(items.iter().map(|s| s.to_string()));
-    let q35 = matches!(machine, Machine::Q35(_));
+    let q35 = matches!(machine, Machine::Q35(..));
     match machine {
         Machine::Microvm(Acpi::Off) => push(&["-M", "microvm,acpi=off"]),
         Machine::Microvm(Acpi::On) => push(&["-M", "microvm,acpi=on"]),
-        Machine::Q35(_) => push(&["-M", "q35"]),
+        Machine::Q35(..) => push(&["-M", "q35"]),
     }
     push(&["-accel", "tcg"]);
     match machine {
         // The PC's own i8042 is there already.
-        Machine::Q35(_) => {}
+        Machine::Q35(..) => {}
         Machine::Microvm(_) => push(&["-device", "i8042"]),
     }
     match machine {
-        Machine::Microvm(_) | Machine::Q35(Firmware::SeaBios { serial: false }) => {}
-        Machine::Q35(Firmware::SeaBios { serial: true }) => push(&[
+        Machine::Microvm(_) | Machine::Q35(Firmware::SeaBios { serial: false }, _) => {}
+        Machine::Q35(Firmware::SeaBios { serial: true }, _) => push(&[
             "-fw_cfg",
             &format!("name=etc/sercon-port,file={}", escape(&paths.sercon_port)),
         ]),
-        Machine::Q35(Firmware::Ovmf { code, .. }) => {
+        Machine::Q35(Firmware::Ovmf { code, .. }, _) => {
             push(&[
                 "-drive",
                 &format!(
@@ -129,6 +130,12 @@ pub fn qemu_args(
         }
     }
     push(&["-nodefaults", "-no-user-config", "-display", "none", "-S"]);
+    // The screen: KubeVirt's VGA card, shown by QEMU's VNC server only (no local display),
+    // which virt-handler relays for the `vnc` subresource.
+    if let Machine::Q35(_, Some(vnc)) = machine {
+        push(&["-device", "VGA"]);
+        push(&["-vnc", &format!("unix:{}", escape(vnc))]);
+    }
     let mib = config.memory.size.div_ceil(1 << 20);
     push(&["-m", &format!("{mib}M")]);
     push(&["-smp", &config.cpus.boot_vcpus.to_string()]);
@@ -385,7 +392,7 @@ mod tests {
 
     #[test]
     fn the_guest_agent_channel_comes_after_every_other_device() {
-        let seabios = Machine::Q35(Firmware::SeaBios { serial: false });
+        let seabios = Machine::Q35(Firmware::SeaBios { serial: false }, None);
         for (machine, controller) in [
             (Machine::Microvm(Acpi::Off), "virtio-serial-device"),
             (Machine::Microvm(Acpi::On), "virtio-serial-device"),
@@ -413,7 +420,7 @@ mod tests {
                 .filter(|d| d.starts_with("virtio"))
                 .collect();
             let (blk, net, rng) = match machine {
-                Machine::Q35(_) => ("virtio-blk-pci", "virtio-net-pci", "virtio-rng-pci"),
+                Machine::Q35(..) => ("virtio-blk-pci", "virtio-net-pci", "virtio-rng-pci"),
                 Machine::Microvm(_) => (
                     "virtio-blk-device",
                     "virtio-net-device",
@@ -493,10 +500,34 @@ mod tests {
     }
 
     fn ovmf() -> Machine {
-        Machine::Q35(Firmware::Ovmf {
-            code: "/usr/share/OVMF/OVMF_CODE_4M.fd".into(),
-            vars_template: "/usr/share/OVMF/OVMF_VARS_4M.fd".into(),
-        })
+        Machine::Q35(
+            Firmware::Ovmf {
+                code: "/usr/share/OVMF/OVMF_CODE_4M.fd".into(),
+                vars_template: "/usr/share/OVMF/OVMF_VARS_4M.fd".into(),
+            },
+            None,
+        )
+    }
+
+    #[test]
+    fn a_graphics_device_is_a_vga_card_shown_by_vnc_on_its_socket_only() {
+        let firmware_boot = VmConfig {
+            payload: PayloadConfig::guestless(),
+            ..config()
+        };
+        let vnc = PathBuf::from("/run/kubevirt/sockets/vnc-sock");
+        let with = Machine::Q35(Firmware::SeaBios { serial: true }, Some(vnc));
+        let args = qemu_args(&firmware_boot, &paths(), None, &with).unwrap();
+        assert!(has_pair(&args, "-device", "VGA"), "{args:?}");
+        assert!(
+            has_pair(&args, "-vnc", "unix:/run/kubevirt/sockets/vnc-sock"),
+            "{args:?}"
+        );
+        // No window of QEMU's own: the screen is VNC's alone.
+        assert!(has_pair(&args, "-display", "none"), "{args:?}");
+        let without = Machine::Q35(Firmware::SeaBios { serial: true }, None);
+        let args = qemu_args(&firmware_boot, &paths(), None, &without).unwrap();
+        assert!(!args.iter().any(|a| a == "-vnc" || a == "VGA"), "{args:?}");
     }
 
     #[test]
@@ -505,8 +536,8 @@ mod tests {
             payload: PayloadConfig::guestless(),
             ..config()
         };
-        let seabios = Machine::Q35(Firmware::SeaBios { serial: false });
-        let sercon = Machine::Q35(Firmware::SeaBios { serial: true });
+        let seabios = Machine::Q35(Firmware::SeaBios { serial: false }, None);
+        let sercon = Machine::Q35(Firmware::SeaBios { serial: true }, None);
         for machine in [&seabios, &sercon, &ovmf()] {
             let args = qemu_args(&firmware_boot, &paths(), Some(2_600_000), machine).unwrap();
             for (flag, value) in [

@@ -20,6 +20,11 @@
 //! user's disk, firmware on q35) gets the power button of `system_powerdown` alone, as libvirt
 //! sends it: with Ctrl-Alt-Del too, systemd would run its reboot beside the power-off.
 //!
+//! Soft reboot without the guest agent ([`Backend::request_reboot`]): as libvirt reboots
+//! through ACPI, the power button with QEMU told to pause at the guest's power-off
+//! (`set-action`), then `system_reset` and `cont`. Without ACPI, Ctrl-Alt-Del, which the
+//! guest's init answers by rebooting; the VM keeps running through either.
+//!
 //! Guest agent: QEMU listens on `agent.sock` in the run directory for the host end of the
 //! `org.qemu.guest_agent.0` channel ([`args`]); [`Backend::guest_agent_socket`] names it to the
 //! launcher, which speaks the protocol itself (`crate::agent`). QEMU takes one client at a time.
@@ -95,6 +100,8 @@ pub struct QemuVm {
     disk_names: Vec<String>,
     /// The host end of the guest agent channel.
     agent_socket: PathBuf,
+    /// Where QEMU writes a screenshot, for a VM with a graphics device.
+    screenshot: Option<PathBuf>,
     shutting_down: bool,
     /// The machine has ACPI, so a graceful shutdown is its power button alone.
     acpi: bool,
@@ -104,6 +111,12 @@ pub struct QemuVm {
     guest_shutdown: bool,
     /// Set when the guest reset in answer to a shutdown request.
     guest_rebooted: bool,
+    /// A reboot through ACPI is under way: the guest's power-off pauses QEMU (`set-action`),
+    /// and the launcher resets and resumes it.
+    acpi_rebooting: bool,
+    /// The `STOP` that follows the power-off of a reboot through ACPI: not a pause of the VM
+    /// (it is resumed at once), so not reported as one.
+    ignore_stop: bool,
     panicked: bool,
     exited: Option<(String, bool)>,
     /// The migration under way or last done: its progress, kept once final.
@@ -166,7 +179,14 @@ impl QemuVm {
             sercon_port: run_dir.join("sercon-port"),
         };
         prepare_firmware(machine, &paths)?;
-        for socket in [&paths.qmp, &paths.agent] {
+        let vnc = match machine {
+            Machine::Q35(_, vnc) => vnc.as_deref(),
+            Machine::Microvm(_) => None,
+        };
+        for socket in [Some(paths.qmp.as_path()), Some(paths.agent.as_path()), vnc]
+            .into_iter()
+            .flatten()
+        {
             let _ = std::fs::remove_file(socket);
         }
         if let vmm::config::ConsoleConfig::Socket { path } = &config.serial {
@@ -205,11 +225,14 @@ impl QemuVm {
                 io_error: None,
                 disk_names: config.disks.iter().map(|d| d.id.clone()).collect(),
                 agent_socket: paths.agent.clone(),
+                screenshot: vnc.map(|_| run_dir.join("screenshot.png")),
                 shutting_down: false,
                 acpi: !matches!(machine, Machine::Microvm(args::Acpi::Off)),
                 host_stop: None,
                 guest_shutdown: false,
                 guest_rebooted: false,
+                acpi_rebooting: false,
+                ignore_stop: false,
                 panicked: false,
                 exited: None,
                 migrating: None,
@@ -241,10 +264,39 @@ impl QemuVm {
             .unwrap_or_default()
     }
 
+    /// The guest powered off during a reboot through ACPI, and QEMU paused: reset and resume
+    /// it (libvirt's reboot through ACPI), and let a later power-off end QEMU again.
+    fn finish_acpi_reboot(&mut self) {
+        self.acpi_rebooting = false;
+        self.ignore_stop = true;
+        log::info!("soft reboot: the guest powered off; resetting and resuming it");
+        for (command, arguments) in [
+            ("system_reset", None),
+            ("cont", None),
+            ("set-action", Some(json!({ "shutdown": "poweroff" }))),
+        ] {
+            if let Err(e) = self.qmp.execute(command, arguments, CONTROL_TIMEOUT) {
+                log::warn!("soft reboot: QMP {command}: {e}");
+            }
+        }
+    }
+
+    /// Ctrl-Alt-Del on the i8042 keyboard: Linux signals init, which reboots (busybox init
+    /// runs its `ctrlaltdel` action, systemd its `ctrl-alt-del.target`).
+    fn ctrl_alt_del(&mut self) -> Result<(), BackendError> {
+        let keys = json!({ "keys": [
+            { "type": "qcode", "data": "ctrl" },
+            { "type": "qcode", "data": "alt" },
+            { "type": "qcode", "data": "delete" },
+        ]});
+        self.execute("send-key", Some(keys))
+    }
+
     /// Applies the QMP events received since the last call.
     fn apply_events(&mut self) {
         for event in self.qmp.take_events() {
             match event.name.as_str() {
+                "STOP" if self.ignore_stop => self.ignore_stop = false,
                 "STOP" => self.paused = true,
                 "RESUME" => {
                     self.paused = false;
@@ -252,6 +304,9 @@ impl QemuVm {
                 }
                 "BLOCK_IO_ERROR" if event.data["action"] == json!("stop") => {
                     self.io_error = Some(io_error_text(&event.data, &self.disk_names));
+                }
+                "SHUTDOWN" if event.data["guest"] == json!(true) && self.acpi_rebooting => {
+                    self.finish_acpi_reboot();
                 }
                 "SHUTDOWN" if event.data["guest"] == json!(true) => self.guest_shutdown = true,
                 "GUEST_PANICKED" => self.panicked = true,
@@ -279,15 +334,18 @@ impl QemuVm {
 fn prepare_firmware(machine: &Machine, paths: &args::QemuPaths) -> Result<(), QemuStartError> {
     use crate::converter::Firmware;
     match machine {
-        Machine::Microvm(_) | Machine::Q35(Firmware::SeaBios { serial: false }) => Ok(()),
-        Machine::Q35(Firmware::SeaBios { serial: true }) => {
+        Machine::Microvm(_) | Machine::Q35(Firmware::SeaBios { serial: false }, _) => Ok(()),
+        Machine::Q35(Firmware::SeaBios { serial: true }, _) => {
             std::fs::write(&paths.sercon_port, args::SERCON_PORT)
                 .map_err(|e| QemuStartError::FirmwareFile(paths.sercon_port.clone(), e))
         }
-        Machine::Q35(Firmware::Ovmf {
-            code,
-            vars_template,
-        }) => {
+        Machine::Q35(
+            Firmware::Ovmf {
+                code,
+                vars_template,
+            },
+            _,
+        ) => {
             for file in [code, vars_template] {
                 if !file.is_file() {
                     return Err(QemuStartError::OvmfMissing(file.clone()));
@@ -382,6 +440,11 @@ impl Backend for QemuVm {
             self.resume()?;
         }
         self.shutting_down = true;
+        if self.acpi_rebooting {
+            // The power-off asked for now must end QEMU, not restart the guest.
+            self.acpi_rebooting = false;
+            self.execute("set-action", Some(json!({ "shutdown": "poweroff" })))?;
+        }
         let powerdown = self.execute("system_powerdown", None);
         if self.acpi {
             // Ctrl-Alt-Del as well would race the button: systemd starts reboot.target for
@@ -389,12 +452,7 @@ impl Backend for QemuVm {
             // Debian image on microvm with ACPI: both jobs ran and it rebooted).
             return powerdown;
         }
-        let keys = json!({ "keys": [
-            { "type": "qcode", "data": "ctrl" },
-            { "type": "qcode", "data": "alt" },
-            { "type": "qcode", "data": "delete" },
-        ]});
-        let ctrl_alt_del = self.execute("send-key", Some(keys));
+        let ctrl_alt_del = self.ctrl_alt_del();
         match (powerdown, ctrl_alt_del) {
             (Err(e), Err(_)) => Err(e),
             _ => Ok(()),
@@ -423,6 +481,41 @@ impl Backend for QemuVm {
 
     fn reset(&mut self) -> Result<(), BackendError> {
         self.execute("system_reset", None)
+    }
+
+    fn screenshot(&mut self) -> Result<Vec<u8>, BackendError> {
+        let Some(path) = self.screenshot.clone() else {
+            return Err(BackendError::Unsupported(
+                "a screenshot of a VM without a graphics device",
+            ));
+        };
+        let _ = std::fs::remove_file(&path);
+        let file = path.display().to_string();
+        self.execute(
+            "screendump",
+            Some(json!({ "filename": file, "format": "png" })),
+        )?;
+        let png = std::fs::read(&path)
+            .map_err(|e| BackendError::Vmm(format!("reading QEMU's screendump {file}: {e}")));
+        let _ = std::fs::remove_file(&path);
+        png
+    }
+
+    fn request_reboot(&mut self) -> Result<(), BackendError> {
+        if self.shutting_down {
+            return Err(BackendError::Vmm("the VM is shutting down".into()));
+        }
+        if !self.acpi {
+            return self.ctrl_alt_del();
+        }
+        self.execute("set-action", Some(json!({ "shutdown": "pause" })))?;
+        self.acpi_rebooting = true;
+        let pressed = self.execute("system_powerdown", None);
+        if pressed.is_err() {
+            self.acpi_rebooting = false;
+            let _ = self.execute("set-action", Some(json!({ "shutdown": "poweroff" })));
+        }
+        pressed
     }
 
     fn poll(&mut self) -> VmStatus {
