@@ -11,7 +11,8 @@
 //! virt-handler when it rotates the certificates.
 //!
 //! A VMI is named by its UID, which is also the name of its socket directory
-//! (`<socket root>/<uid>/`, holding `launcher-sock` and `console-sock`):
+//! (`<socket root>/<uid>/`, holding `launcher-sock`, `console-sock` and, with graphics,
+//! `vnc-sock`):
 //!
 //! - `PUT /v1/vmis/{uid}/{pause|unpause|reset|softreboot|unfreeze}` and
 //!   `PUT /v1/vmis/{uid}/freeze/{unfreeze timeout in seconds}`: calls the launcher's Pause,
@@ -28,12 +29,19 @@
 //!   `Upgrade: ferrovirt-console`: connects to `console-sock` first (so a missing console is a
 //!   plain `404`), then answers `101 Switching Protocols`; from then on the connection and the
 //!   console socket are copied into each other until either side closes (see [`console`]).
+//! - `GET /v1/vmis/{uid}/vnc` with `Connection: Upgrade` and `Upgrade: ferrovirt-vnc`: the same
+//!   with `vnc-sock`, QEMU's VNC server (a raw RFB stream), which exists only when the VM has a
+//!   graphics device (`404` without it); several connections may share the display (see
+//!   [`vnc`]).
+//! - `GET /v1/vmis/{uid}/vnc/screenshot`: calls the launcher's Screenshot; `200` with the PNG
+//!   (`Content-Type: image/png`), or `404` (no launcher here), `409` (no graphics device).
 
 pub mod console;
 pub mod guest_info;
 pub mod portforward;
 mod routes;
 pub mod tls;
+pub mod vnc;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -51,6 +59,8 @@ pub use routes::{route, HandlerRoute, VmiAction};
 pub const PORT: u16 = 8186;
 /// The `Upgrade` protocol of the console relay.
 pub const CONSOLE_UPGRADE: &str = "ferrovirt-console";
+/// The `Upgrade` protocol of the VNC relay.
+pub const VNC_UPGRADE: &str = "ferrovirt-vnc";
 /// The `Upgrade` protocol of a port-forward.
 pub const PORT_FORWARD_UPGRADE: &str = "ferrovirt-portforward";
 /// Settings of the server.
@@ -212,6 +222,8 @@ async fn handle(config: &ServerConfig, request: Request<Incoming>) -> Response<F
             }
         }
         HandlerRoute::Console(uid) => console::open(config, &uid, request).await,
+        HandlerRoute::Vnc(uid) => vnc::open(config, &uid, request).await,
+        HandlerRoute::VncScreenshot(uid) => vnc::screenshot(config, &uid).await,
         HandlerRoute::PortForward(uid, port) => {
             portforward::open(config, &uid, port, request).await
         }

@@ -28,6 +28,10 @@ pub enum VmiAction {
 pub enum HandlerRoute {
     Action(String, VmiAction),
     Console(String),
+    /// The VM's VNC display, relayed.
+    Vnc(String),
+    /// A PNG of the VM's screen.
+    VncScreenshot(String),
     GuestInfo(String, GuestInfoKind),
     PortForward(String, u16),
     NotFound,
@@ -62,6 +66,12 @@ pub fn route(method: &Method, path: &str) -> HandlerRoute {
         }
         (&Method::GET, ["v1", "vmis", uid, "console"]) if valid_uid(uid) => {
             HandlerRoute::Console(uid.to_string())
+        }
+        (&Method::GET, ["v1", "vmis", uid, "vnc"]) if valid_uid(uid) => {
+            HandlerRoute::Vnc(uid.to_string())
+        }
+        (&Method::GET, ["v1", "vmis", uid, "vnc", "screenshot"]) if valid_uid(uid) => {
+            HandlerRoute::VncScreenshot(uid.to_string())
         }
         (&Method::GET, ["v1", "vmis", uid, "portforward", port]) if valid_uid(uid) => {
             match port.parse::<u16>() {
@@ -155,6 +165,16 @@ pub async fn guest_agent(
     Ok(domain.guest_agent)
 }
 
+/// A PNG of the VMI's screen, taken by the launcher (409 when its VM has no graphics device).
+pub async fn screenshot(socket: &Path, uid: &str) -> Result<Vec<u8>, (StatusCode, String)> {
+    let mut client = launcher(socket, uid)?;
+    let request = VmiRequest {
+        vmi: uid.to_string(),
+    };
+    let response = within_timeout(client.screenshot(request)).await?;
+    Ok(response.png)
+}
+
 /// The HTTP status of a launcher's gRPC status (see launcher.proto's error conventions).
 pub fn status_code(code: tonic::Code) -> StatusCode {
     match code {
@@ -220,6 +240,30 @@ mod tests {
         assert_eq!(
             route(&Method::GET, &format!("/v1/vmis/{uid}/portforward/22")),
             HandlerRoute::PortForward(uid.into(), 22)
+        );
+        assert_eq!(
+            route(&Method::GET, &format!("/v1/vmis/{uid}/vnc")),
+            HandlerRoute::Vnc(uid.into())
+        );
+        assert_eq!(
+            route(&Method::GET, &format!("/v1/vmis/{uid}/vnc/screenshot/")),
+            HandlerRoute::VncScreenshot(uid.into())
+        );
+        for bad in [
+            (Method::PUT, "vnc"),
+            (Method::PUT, "vnc/screenshot"),
+            (Method::GET, "vnc/other"),
+            (Method::GET, "vnc/screenshot/x"),
+        ] {
+            assert_eq!(
+                route(&bad.0, &format!("/v1/vmis/{uid}/{}", bad.1)),
+                HandlerRoute::NotFound,
+                "{bad:?}"
+            );
+        }
+        assert_eq!(
+            route(&Method::GET, "/v1/vmis/../vnc/screenshot"),
+            HandlerRoute::NotFound
         );
         for bad in ["0", "65536", "ssh"] {
             assert_eq!(

@@ -1,5 +1,5 @@
-//! The server on a loopback port with a fake console socket, over mutual TLS with
-//! certificates made by openssl as the certificate contract describes them.
+//! The server on a loopback port with fake console and VNC sockets and a fake launcher, over
+//! mutual TLS with certificates made by openssl as the certificate contract describes them.
 
 use std::path::Path;
 use std::process::Command;
@@ -14,6 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::*;
 use crate::migration::tls::MigrationTls;
+use contract::proto::v1;
 
 fn openssl(dir: &Path, args: &[&str]) {
     let out = Command::new("openssl")
@@ -325,4 +326,245 @@ fn the_common_name_is_read_from_the_certificate() {
         read(&pki.good.join("server")).as_deref(),
         Some("kubevirt.io:system:node:virt-handler")
     );
+}
+
+fn vnc_request(uid: &str) -> Request<Empty<Bytes>> {
+    Request::get(format!("/v1/vmis/{uid}/vnc"))
+        .header(header::HOST, "virt-handler.kubevirt.svc")
+        .header(header::CONNECTION, "Upgrade")
+        .header(header::UPGRADE, VNC_UPGRADE)
+        .body(Empty::new())
+        .unwrap()
+}
+
+/// The fake QEMU's VNC socket of VMI `uid` under `root`.
+fn vnc_socket(root: &Path, uid: &str) -> tokio::net::UnixListener {
+    std::fs::create_dir_all(root.join(uid)).unwrap();
+    tokio::net::UnixListener::bind(root.join(uid).join(contract::sockets::VNC_SOCKET)).unwrap()
+}
+
+async fn body_text(response: http::Response<hyper::body::Incoming>) -> String {
+    use http_body_util::BodyExt;
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+#[tokio::test]
+async fn vnc_is_relayed_to_the_vnc_socket_and_shared() {
+    let root = tempfile::tempdir().unwrap();
+    let uid = "0b7e2d2c-1111-4000-8000-000000000003";
+    let listener = vnc_socket(root.path(), uid);
+    let pki = pki();
+    let address = start(root.path(), &pki).await;
+
+    let response = send(address, &pki, vnc_request(uid)).await;
+    assert_eq!(response.status(), StatusCode::SWITCHING_PROTOCOLS);
+    assert_eq!(response.headers()[header::UPGRADE], VNC_UPGRADE);
+    let (mut qemu, _) = listener.accept().await.unwrap();
+    let mut viewer = TokioIo::new(hyper::upgrade::on(response).await.unwrap());
+
+    // The RFB handshake starts with the server's version, which the viewer echoes.
+    qemu.write_all(b"RFB 003.008\n").await.unwrap();
+    let mut greeting = [0u8; 12];
+    viewer.read_exact(&mut greeting).await.unwrap();
+    assert_eq!(&greeting, b"RFB 003.008\n");
+    viewer.write_all(b"RFB 003.008\n").await.unwrap();
+    let mut answer = [0u8; 12];
+    qemu.read_exact(&mut answer).await.unwrap();
+    assert_eq!(&answer, b"RFB 003.008\n");
+
+    // A second viewer gets a connection of its own; the first keeps its own.
+    let second = send(address, &pki, vnc_request(uid)).await;
+    assert_eq!(second.status(), StatusCode::SWITCHING_PROTOCOLS);
+    let (mut qemu_of_second, _) = listener.accept().await.unwrap();
+    let mut second = TokioIo::new(hyper::upgrade::on(second).await.unwrap());
+    qemu_of_second.write_all(b"RFB 003.008\n").await.unwrap();
+    second.read_exact(&mut greeting).await.unwrap();
+    assert_eq!(&greeting, b"RFB 003.008\n");
+    qemu.write_all(&[1]).await.unwrap();
+    let mut security = [0u8; 1];
+    viewer.read_exact(&mut security).await.unwrap();
+    assert_eq!(security, [1]);
+
+    // QEMU closing the connection ends the first viewer's stream.
+    drop(qemu);
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        viewer.read_to_end(&mut rest),
+    )
+    .await
+    .expect("the first viewer's stream ends");
+    assert_eq!(read.unwrap(), 0, "the first viewer got {rest:?}");
+}
+
+#[tokio::test]
+async fn vnc_without_its_socket_is_not_found() {
+    let root = tempfile::tempdir().unwrap();
+    let pki = pki();
+    let address = start(root.path(), &pki).await;
+
+    // A launcher runs the VMI here, but its VM has no graphics device: QEMU serves no VNC.
+    let uid = "0b7e2d2c-1111-4000-8000-000000000004";
+    std::fs::create_dir_all(root.path().join(uid)).unwrap();
+    let _launcher = std::os::unix::net::UnixListener::bind(
+        root.path()
+            .join(uid)
+            .join(contract::sockets::LAUNCHER_SOCKET),
+    )
+    .unwrap();
+    let response = send(address, &pki, vnc_request(uid)).await;
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    assert_eq!(
+        body_text(response).await,
+        format!("VMI {uid} has no VNC display on this node: its VM has no graphics device")
+    );
+
+    // No launcher at all: the VMI does not run on this node.
+    let elsewhere = "0b7e2d2c-1111-4000-8000-000000000005";
+    let response = send(address, &pki, vnc_request(elsewhere)).await;
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    assert_eq!(
+        body_text(response).await,
+        format!("no launcher for VMI {elsewhere} on this node")
+    );
+    let screenshot = Request::get(format!("/v1/vmis/{elsewhere}/vnc/screenshot"))
+        .header(header::HOST, "virt-handler.kubevirt.svc")
+        .body(Empty::new())
+        .unwrap();
+    let response = send(address, &pki, screenshot).await;
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    assert_eq!(
+        body_text(response).await,
+        format!("no launcher for VMI {elsewhere} on this node")
+    );
+}
+
+#[tokio::test]
+async fn vnc_needs_its_upgrade() {
+    let root = tempfile::tempdir().unwrap();
+    let uid = "0b7e2d2c-1111-4000-8000-000000000006";
+    let _listener = vnc_socket(root.path(), uid);
+    let pki = pki();
+    let address = start(root.path(), &pki).await;
+    // The console's upgrade does not open the VNC display.
+    let request = Request::get(format!("/v1/vmis/{uid}/vnc"))
+        .header(header::HOST, "virt-handler.kubevirt.svc")
+        .header(header::CONNECTION, "Upgrade")
+        .header(header::UPGRADE, CONSOLE_UPGRADE)
+        .body(Empty::new())
+        .unwrap();
+    let response = send(address, &pki, request).await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert!(body_text(response).await.contains(VNC_UPGRADE));
+}
+
+/// A launcher that only takes screenshots: of a VM with graphics, or refused without.
+struct ScreenshotLauncher {
+    graphics: bool,
+}
+
+/// The first bytes of every PNG, all the fake launcher's screen holds.
+const PNG_SIGNATURE: &[u8] = b"\x89PNG\r\n\x1a\n";
+
+/// Implements the launcher for `$fake` with the methods given, and every other one refused as
+/// unimplemented. The attribute is part of what the macro writes, so that `async_trait` sees
+/// the methods after they are expanded.
+macro_rules! fake_launcher {
+    (
+        $fake:ty;
+        unimplemented { $($name:ident($request:ty) -> $response:ty;)* }
+        $($method:item)*
+    ) => {
+        #[tonic::async_trait]
+        impl contract::proto::v1::launcher_server::Launcher for $fake {
+            $(
+                async fn $name(
+                    &self,
+                    _: tonic::Request<$request>,
+                ) -> Result<tonic::Response<$response>, tonic::Status> {
+                    Err(tonic::Status::unimplemented(stringify!($name)))
+                }
+            )*
+            $($method)*
+        }
+    };
+}
+
+fake_launcher! {
+    ScreenshotLauncher;
+    unimplemented {
+        info(v1::InfoRequest) -> v1::InfoResponse;
+        sync_vmi(v1::SyncVmiRequest) -> v1::DomainResponse;
+        pause(v1::VmiRequest) -> v1::DomainResponse;
+        unpause(v1::VmiRequest) -> v1::DomainResponse;
+        shutdown(v1::ShutdownRequest) -> v1::DomainResponse;
+        kill(v1::VmiRequest) -> v1::DomainResponse;
+        reset(v1::VmiRequest) -> v1::DomainResponse;
+        get_domain(v1::GetDomainRequest) -> v1::DomainResponse;
+        ping(v1::PingRequest) -> v1::PingResponse;
+        prepare_migration_target(v1::SyncVmiRequest) -> v1::DomainResponse;
+        migrate(v1::MigrateRequest) -> v1::DomainResponse;
+        cancel_migration(v1::VmiRequest) -> v1::DomainResponse;
+        soft_reboot(v1::VmiRequest) -> v1::DomainResponse;
+        freeze(v1::FreezeRequest) -> v1::DomainResponse;
+        unfreeze(v1::VmiRequest) -> v1::DomainResponse;
+    }
+
+    async fn screenshot(
+        &self,
+        _: tonic::Request<v1::VmiRequest>,
+    ) -> Result<tonic::Response<v1::ScreenshotResponse>, tonic::Status> {
+        if !self.graphics {
+            return Err(tonic::Status::failed_precondition(
+                "the VM has no graphics device",
+            ));
+        }
+        Ok(tonic::Response::new(v1::ScreenshotResponse {
+            png: PNG_SIGNATURE.to_vec(),
+        }))
+    }
+}
+
+/// Serves `launcher` on the launcher socket of VMI `uid` under `root`.
+fn serve_launcher(root: &Path, uid: &str, launcher: ScreenshotLauncher) {
+    std::fs::create_dir_all(root.join(uid)).unwrap();
+    let listener =
+        tokio::net::UnixListener::bind(root.join(uid).join(contract::sockets::LAUNCHER_SOCKET))
+            .unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(v1::launcher_server::LauncherServer::new(launcher))
+            .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)),
+    );
+}
+
+#[tokio::test]
+async fn the_screenshot_is_the_launchers_png() {
+    let root = tempfile::tempdir().unwrap();
+    let (with, without) = (
+        "0b7e2d2c-1111-4000-8000-000000000007",
+        "0b7e2d2c-1111-4000-8000-000000000008",
+    );
+    serve_launcher(root.path(), with, ScreenshotLauncher { graphics: true });
+    serve_launcher(root.path(), without, ScreenshotLauncher { graphics: false });
+    let pki = pki();
+    let address = start(root.path(), &pki).await;
+    let screenshot = |uid: &str| {
+        Request::get(format!("/v1/vmis/{uid}/vnc/screenshot"))
+            .header(header::HOST, "virt-handler.kubevirt.svc")
+            .body(Empty::new())
+            .unwrap()
+    };
+
+    let response = send(address, &pki, screenshot(with)).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()[header::CONTENT_TYPE], "image/png");
+    use http_body_util::BodyExt;
+    let png = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&png[..], PNG_SIGNATURE);
+
+    let response = send(address, &pki, screenshot(without)).await;
+    assert_eq!(response.status(), StatusCode::CONFLICT);
+    assert_eq!(body_text(response).await, "the VM has no graphics device");
 }
