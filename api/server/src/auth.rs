@@ -175,14 +175,17 @@ pub struct Access {
 
 impl Access {
     /// A subresource of one object: `virtualmachineinstances/console` of `name`, with the verb
-    /// of the subresource's method.
+    /// of the subresource's method. A subresource of two segments is asked by its first
+    /// (`vnc/screenshot` as `vnc`): kube-apiserver authorizes the request by that one before it
+    /// proxies it, and KubeVirt's virt-api asks the same.
     pub fn subresource(request: &SubresourceRequest) -> Self {
         let s = request.subresource;
+        let name = s.name();
         Access {
             namespace: request.namespace.clone(),
             verb: verb_for(&s.method()),
             resource: s.owner().resource(),
-            subresource: Some(s.name()),
+            subresource: Some(name.split('/').next().unwrap_or(name)),
             name: Some(request.name.clone()),
         }
     }

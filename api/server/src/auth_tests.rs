@@ -132,6 +132,28 @@ fn access_review_for_expand_spec_is_get_on_the_vm_subresource() {
 }
 
 #[test]
+fn access_review_for_vnc_and_its_screenshot_is_get_on_vnc() {
+    for subresource in [Subresource::Vnc, Subresource::VncScreenshot] {
+        let request = SubresourceRequest {
+            namespace: "ns".into(),
+            name: "testvm".into(),
+            subresource,
+        };
+        let sar =
+            serde_json::to_value(access_review(&alice(), &Access::subresource(&request))).unwrap();
+        assert_eq!(
+            sar["spec"]["resourceAttributes"],
+            serde_json::json!({
+                "namespace": "ns", "verb": "get", "group": "subresources.kubevirt.io",
+                "version": "v1", "resource": "virtualmachineinstances",
+                "subresource": "vnc", "name": "testvm"
+            }),
+            "{subresource:?}"
+        );
+    }
+}
+
+#[test]
 fn access_review_for_expand_vm_spec_is_update_without_subresource_or_name() {
     let access = Access::expand_vm_spec("ns");
     let sar = serde_json::to_value(access_review(&alice(), &access)).unwrap();

@@ -8,6 +8,9 @@
 //! answered with its close frame; when the console ends (the VM stopped, or a newer console of
 //! the VMI replaced this one), the connection is closed without a close frame, as KubeVirt's
 //! virt-api does, so that KubeVirt's clients read an unexpected EOF rather than a normal end.
+//!
+//! The VNC display and port-forwards are relayed the same way, with their byte streams (RFB,
+//! a guest's TCP connection) in place of the serial port's.
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -80,7 +83,9 @@ where
     let from_console = {
         let frames_tx = frames_tx.clone();
         async move {
-            let mut buf = vec![0u8; 4096];
+            // Large enough that a VNC screen update goes in few frames; a read returns what
+            // is there, so the console's keystroke echoes are not held back.
+            let mut buf = vec![0u8; 64 << 10];
             loop {
                 match console_read.read(&mut buf).await {
                     Ok(0) | Err(_) => return RelayEnd::ConsoleClosed,

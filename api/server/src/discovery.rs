@@ -102,6 +102,21 @@ mod tests {
             .expect("console listed");
         assert_eq!(console.verbs, vec!["get"]);
         assert!(console.namespaced);
+        for vnc in [
+            "virtualmachineinstances/vnc",
+            "virtualmachineinstances/vnc/screenshot",
+        ] {
+            let listed = list
+                .resources
+                .iter()
+                .find(|r| r.name == vnc)
+                .unwrap_or_else(|| panic!("{vnc} listed"));
+            assert_eq!(
+                (listed.kind.as_str(), &listed.verbs, listed.namespaced),
+                ("VirtualMachineInstance", &vec!["get".to_string()], true),
+                "{vnc}"
+            );
+        }
         let start = list
             .resources
             .iter()

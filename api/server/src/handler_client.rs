@@ -14,6 +14,10 @@
 //!   of what the guest agent said, or an error status with the reason as text;
 //! - `GET /v1/vmis/{uid}/console` with `Connection: Upgrade`, `Upgrade: ferrovirt-console`
 //!   -> `101`, after which the connection is the raw byte stream of the guest's serial console;
+//! - `GET /v1/vmis/{uid}/vnc` with `Connection: Upgrade`, `Upgrade: ferrovirt-vnc` -> `101`,
+//!   after which the connection is the raw RFB stream of the VM's VNC display;
+//! - `GET /v1/vmis/{uid}/vnc/screenshot` -> `200` with a PNG of the VM's screen, or an error
+//!   status with the reason as text;
 //! - `GET /v1/vmis/{uid}/portforward/{port}` with `Upgrade: ferrovirt-portforward` -> `101`,
 //!   after which the connection is a TCP connection to that port of the guest.
 
@@ -41,6 +45,8 @@ pub const HANDLER_PORT: u16 = 8186;
 pub const HANDLER_LABEL: &str = "kubevirt.io=virt-handler";
 /// The `Upgrade` protocol name of the console relay.
 pub const CONSOLE_UPGRADE: &str = "ferrovirt-console";
+/// The `Upgrade` protocol name of the VNC relay.
+pub const VNC_UPGRADE: &str = "ferrovirt-vnc";
 /// The `Upgrade` protocol name of a port-forward.
 pub const PORT_FORWARD_UPGRADE: &str = "ferrovirt-portforward";
 
@@ -88,7 +94,7 @@ impl HandlerAction {
     }
 }
 
-/// The handler path of an action or the console for a VMI uid.
+/// The handler path of an action, the console or another subresource for a VMI uid.
 pub fn handler_path(uid: &str, what: &str) -> String {
     format!("/v1/vmis/{uid}/{what}")
 }
@@ -161,6 +167,22 @@ impl HandlerClient {
         let address = self.address(vmi).await?;
         HandlerConnection::new(&self.tls, address)
             .console(uid_of(vmi)?)
+            .await
+    }
+
+    /// Opens the VMI's VNC display through its handler.
+    pub async fn vnc(&self, vmi: &VirtualMachineInstance) -> Result<Upgraded, ApiError> {
+        let address = self.address(vmi).await?;
+        HandlerConnection::new(&self.tls, address)
+            .vnc(uid_of(vmi)?)
+            .await
+    }
+
+    /// A PNG of the VMI's screen, taken by its launcher through its handler.
+    pub async fn screenshot(&self, vmi: &VirtualMachineInstance) -> Result<Bytes, ApiError> {
+        let address = self.address(vmi).await?;
+        HandlerConnection::new(&self.tls, address)
+            .screenshot(uid_of(vmi)?)
             .await
     }
 
@@ -265,6 +287,21 @@ impl HandlerConnection {
     pub async fn console(&self, uid: &str) -> Result<Upgraded, ApiError> {
         self.upgrade(&handler_path(uid, "console"), CONSOLE_UPGRADE, "console")
             .await
+    }
+
+    /// Opens the VNC display of the VMI `uid`.
+    pub async fn vnc(&self, uid: &str) -> Result<Upgraded, ApiError> {
+        self.upgrade(&handler_path(uid, "vnc"), VNC_UPGRADE, "vnc")
+            .await
+    }
+
+    /// A PNG of the screen of the VMI `uid`.
+    pub async fn screenshot(&self, uid: &str) -> Result<Bytes, ApiError> {
+        let what = "vnc/screenshot";
+        let request = Self::request(http::Method::GET, &handler_path(uid, what))
+            .body(Empty::new())
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        self.call(request, what).await
     }
 
     /// Opens a TCP connection to `port` of the guest of the VMI `uid`.

@@ -6,7 +6,8 @@
 //! - [`auth`], [`tls`]: front-proxy authentication and SubjectAccessReview authorization.
 //! - [`vm_actions`], [`vmi_actions`]: what each subresource does.
 //! - [`expand`]: `expand-vm-spec` and `virtualmachines/{name}/expand-spec`.
-//! - [`handler_client`], [`console`], [`websocket`]: reaching virt-handler, and the console relay.
+//! - [`handler_client`], [`console`], [`websocket`]: reaching virt-handler, and the relay of the
+//!   console, VNC and port-forwards.
 //! - [`manifests`]: the objects that install virt-api, for the operator and the test harness.
 //! - [`options`]: the request bodies, shared with virtctl.
 #![forbid(unsafe_code)]

@@ -4,7 +4,8 @@
 //!   called by kube-apiserver without user credentials.
 //! - `/apis`, `/apis/subresources.kubevirt.io`, `/apis/subresources.kubevirt.io/v1`: discovery.
 //! - `/apis/subresources.kubevirt.io/v1/namespaces/{ns}/{virtualmachines|virtualmachineinstances}/{name}/{subresource}`:
-//!   the subresources, reached through kube-apiserver's aggregation layer.
+//!   the subresources, reached through kube-apiserver's aggregation layer; a subresource's name
+//!   may have two segments (`vnc/screenshot`).
 //! - `/apis/subresources.kubevirt.io/v1/namespaces/{ns}/expand-vm-spec`: expands a VM sent in
 //!   the body (a resource of its own, not a subresource of an object).
 //! - `/apis/subresources.kubevirt.io/v1/{version,healthz}` and `/healthz`.
@@ -39,6 +40,10 @@ impl Owner {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Subresource {
     Console,
+    /// `vnc`: a WebSocket of the VM's VNC (RFB) stream.
+    Vnc,
+    /// `vnc/screenshot`: a PNG of the VM's screen.
+    VncScreenshot,
     Pause,
     Unpause,
     Reset,
@@ -63,6 +68,8 @@ impl Subresource {
     pub fn name(self) -> &'static str {
         match self {
             Subresource::Console => "console",
+            Subresource::Vnc => "vnc",
+            Subresource::VncScreenshot => "vnc/screenshot",
             Subresource::Pause => "pause",
             Subresource::Unpause => "unpause",
             Subresource::Reset => "reset",
@@ -98,6 +105,8 @@ impl Subresource {
     pub fn method(self) -> Method {
         match self {
             Subresource::Console
+            | Subresource::Vnc
+            | Subresource::VncScreenshot
             | Subresource::GuestOsInfo
             | Subresource::UserList
             | Subresource::FilesystemList
@@ -109,8 +118,10 @@ impl Subresource {
     }
 
     /// Every subresource, for discovery.
-    pub const ALL: [Subresource; 17] = [
+    pub const ALL: [Subresource; 19] = [
         Subresource::Console,
+        Subresource::Vnc,
+        Subresource::VncScreenshot,
         Subresource::Pause,
         Subresource::Unpause,
         Subresource::Reset,
@@ -238,15 +249,19 @@ pub fn route(method: &Method, path: &str) -> Route {
                 PortTarget { port, protocol },
             )
         }
-        ["apis", g, v, "namespaces", ns, resource, name, sub]
-            if *g == GROUP && ACCEPTED_VERSIONS.contains(v) && *sub != PORT_FORWARD =>
+        // A subresource's name is one segment (`console`) or two (`vnc/screenshot`).
+        ["apis", g, v, "namespaces", ns, resource, name, sub @ ..]
+            if *g == GROUP
+                && ACCEPTED_VERSIONS.contains(v)
+                && matches!(sub.len(), 1 | 2)
+                && sub[0] != PORT_FORWARD =>
         {
             let owner = match *resource {
                 "virtualmachines" => Owner::VirtualMachine,
                 "virtualmachineinstances" => Owner::VirtualMachineInstance,
                 _ => return Route::NotFound,
             };
-            let Some(subresource) = Subresource::parse(owner, sub) else {
+            let Some(subresource) = Subresource::parse(owner, &sub.join("/")) else {
                 return Route::NotFound;
             };
             if *method != subresource.method() {
@@ -419,6 +434,61 @@ mod tests {
             route(
                 &Method::PUT,
                 "/apis/subresources.kubevirt.io/v1/namespaces/ns/expand-other"
+            ),
+            Route::NotFound
+        );
+    }
+
+    #[test]
+    fn vnc_and_its_screenshot_are_vmi_subresources() {
+        let vmi = "/apis/subresources.kubevirt.io/v1/namespaces/ns/virtualmachineinstances/vm";
+        let request = |subresource| {
+            Route::Subresource(SubresourceRequest {
+                namespace: "ns".into(),
+                name: "vm".into(),
+                subresource,
+            })
+        };
+        assert_eq!(
+            subresource_path("ns", "vm", Subresource::VncScreenshot),
+            format!("{vmi}/vnc/screenshot")
+        );
+        assert_eq!(
+            route(&Method::GET, &format!("{vmi}/vnc")),
+            request(Subresource::Vnc)
+        );
+        assert_eq!(
+            route(&Method::GET, &format!("{vmi}/vnc/screenshot")),
+            request(Subresource::VncScreenshot)
+        );
+        assert_eq!(
+            route(
+                &Method::GET,
+                "/apis/subresources.kubevirt.io/v1alpha3/namespaces/ns/virtualmachineinstances/vm/vnc/screenshot/"
+            ),
+            request(Subresource::VncScreenshot)
+        );
+        assert_eq!(
+            route(&Method::PUT, &format!("{vmi}/vnc/screenshot")),
+            Route::MethodNotAllowed
+        );
+        for unknown in [
+            "vnc/other",
+            "vnc/screenshot/x",
+            "console/screenshot",
+            "screenshot",
+        ] {
+            assert_eq!(
+                route(&Method::GET, &format!("{vmi}/{unknown}")),
+                Route::NotFound,
+                "{unknown}"
+            );
+        }
+        // Only a VMI has a display of its own.
+        assert_eq!(
+            route(
+                &Method::GET,
+                "/apis/subresources.kubevirt.io/v1/namespaces/ns/virtualmachines/vm/vnc/screenshot"
             ),
             Route::NotFound
         );

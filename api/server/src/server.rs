@@ -379,13 +379,26 @@ async fn subresource(
     let (ns, name) = (sub.namespace.as_str(), sub.name.as_str());
     match sub.subresource {
         Subresource::Console => open_console(state, ns, name, request).await,
+        Subresource::Vnc => open_vnc(state, ns, name, request).await,
+        Subresource::VncScreenshot => {
+            vmi_actions::check_screenshot_query(request.uri().query())?;
+            let vmi = vmi_actions::load(client, ns, name).await?;
+            vmi_actions::check_vnc(&vmi)?;
+            let png = state.handlers.screenshot(&vmi).await?;
+            let mut response = Response::new(Full::new(png));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("image/png"),
+            );
+            Ok(response)
+        }
         // Routed with their port only ([`Route::PortForward`]).
         Subresource::VmiPortForward | Subresource::VmPortForward => Err(ApiError::not_found(
             "the server could not find the requested resource",
         )),
         Subresource::GuestOsInfo | Subresource::UserList | Subresource::FilesystemList => {
             let vmi = vmi_actions::load(client, ns, name).await?;
-            vmi_actions::check_agent(&vmi, false)?;
+            vmi_actions::check_agent(&vmi)?;
             let body = state
                 .handlers
                 .guest_info(&vmi, sub.subresource.name())
@@ -411,7 +424,7 @@ async fn subresource(
             };
             let vmi = vmi_actions::load(client, ns, name).await?;
             if action == HandlerAction::SoftReboot {
-                vmi_actions::check_agent(&vmi, true)?;
+                vmi_actions::check_soft_reboot(&vmi)?;
             } else {
                 // As KubeVirt: a freeze without an agent fails in the launcher, which says why.
                 vmi_actions::check_action(&vmi, action)?;
@@ -560,6 +573,23 @@ async fn open_console(
     let console = state.handlers.console(&vmi).await?;
     let label = format!("console of {namespace}/{name}");
     Ok(relay_websocket(request, &handshake, console, label))
+}
+
+/// Checks the WebSocket handshake and the VMI, opens the VNC display at the handler, answers
+/// 101 and relays in the background, as the console: the frames carry the RFB stream (virtctl's
+/// viewer proxy and noVNC speak it over the same WebSocket).
+async fn open_vnc(
+    state: &ServerState,
+    namespace: &str,
+    name: &str,
+    request: Request<Incoming>,
+) -> Result<Response<Body>, ApiError> {
+    let handshake = websocket_handshake(&request, "VNC display")?;
+    let vmi = vmi_actions::load(&state.client, namespace, name).await?;
+    vmi_actions::check_vnc(&vmi)?;
+    let vnc = state.handlers.vnc(&vmi).await?;
+    let label = format!("VNC of {namespace}/{name}");
+    Ok(relay_websocket(request, &handshake, vnc, label))
 }
 
 /// A port-forward: the WebSocket's bytes are a TCP connection to `target.port` of the guest,

@@ -1,7 +1,8 @@
 //! VMI subresources: `pause`, `unpause`, `reset` (done by virt-handler through the launcher),
-//! `softreboot` (through the guest agent), the guest agent's `guestosinfo`, `userlist` and
-//! `filesystemlist` (what the launcher last heard from the agent, through virt-handler) and the
-//! checks the console makes before it is relayed.
+//! `softreboot` (through the guest agent, or without it as the launcher's backend can), the
+//! guest agent's `guestosinfo`, `userlist` and `filesystemlist` (what the launcher last heard
+//! from the agent, through virt-handler) and the checks the console, VNC and the screenshot
+//! make before they are relayed.
 
 use api::{Condition, VirtualMachineInstance, VmiPhase};
 use kube::{Api, Client};
@@ -73,6 +74,41 @@ pub fn check_console(vmi: &VirtualMachineInstance) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// KubeVirt's answer when the VMI has no graphics device.
+pub const NO_GRAPHICS: &str = "No graphics devices are present.";
+
+/// `vnc` and `vnc/screenshot` need a running VMI with a graphics device, with KubeVirt's
+/// answers (`validateVMIForVNC`, both 400 as there). KubeVirt attaches a graphics device unless
+/// `autoattachGraphicsDevice` is false; Ferrovirt's VM has one only when it is true, so an unset
+/// field means no display here.
+pub fn check_vnc(vmi: &VirtualMachineInstance) -> Result<(), ApiError> {
+    if vmi.spec.domain.devices.autoattach_graphics_device != Some(true) {
+        return Err(ApiError::bad_request(NO_GRAPHICS));
+    }
+    if !is_running(vmi) {
+        return Err(ApiError::bad_request("VMI is not running"));
+    }
+    Ok(())
+}
+
+/// The query of `vnc/screenshot`. KubeVirt's `moveCursor=true` moves the pointer to wake the
+/// screen before it is read over VNC; Ferrovirt's launcher takes the screenshot from QEMU
+/// without a VNC client, so it refuses the parameter rather than ignore it.
+pub fn check_screenshot_query(query: Option<&str>) -> Result<(), ApiError> {
+    let move_cursor = query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .filter_map(|pair| pair.split_once('='))
+        .any(|(key, value)| key == "moveCursor" && value == "true");
+    if move_cursor {
+        return Err(ApiError::bad_request(
+            "moveCursor=true is not supported by ferrovirt: the screenshot is taken as the \
+             screen is",
+        ));
+    }
+    Ok(())
+}
+
 /// A port-forward needs a running VMI (KubeVirt's message), and reaches only the ports a
 /// masquerade interface declares when it declares some, as the Pod's NAT does in KubeVirt.
 pub fn check_port_forward(vmi: &VirtualMachineInstance, port: u16) -> Result<(), ApiError> {
@@ -114,23 +150,27 @@ pub fn check_port_forward(vmi: &VirtualMachineInstance, port: u16) -> Result<(),
 /// KubeVirt's answer when the VMI has no connected guest agent.
 pub const NO_AGENT: &str = "VMI does not have guest agent connected";
 
-/// The guest-agent subresources (`guestosinfo`, `userlist`, `filesystemlist`) and `softreboot`
-/// need a running VMI whose agent is connected (its `AgentConnected` condition), with KubeVirt's
-/// messages; a paused VMI cannot reboot.
-pub fn check_agent(vmi: &VirtualMachineInstance, soft_reboot: bool) -> Result<(), ApiError> {
+/// The guest-agent subresources (`guestosinfo`, `userlist`, `filesystemlist`) need a running
+/// VMI whose agent is connected (its `AgentConnected` condition), with KubeVirt's messages.
+pub fn check_agent(vmi: &VirtualMachineInstance) -> Result<(), ApiError> {
     if !is_running(vmi) {
         return Err(ApiError::conflict("VMI is not running"));
     }
-    if soft_reboot && is_paused(vmi) {
-        return Err(ApiError::conflict("VMI is paused"));
-    }
     if !condition_true(vmi, "AgentConnected") {
-        return Err(ApiError::conflict(if soft_reboot {
-            "VMI does not have guest agent connected: soft reboot without a guest agent (through \
-             ACPI) is not supported by ferrovirt (use the reset subresource for a hardware reset)"
-        } else {
-            NO_AGENT
-        }));
+        return Err(ApiError::conflict(NO_AGENT));
+    }
+    Ok(())
+}
+
+/// `softreboot` needs a running VMI that is not paused. The agent is not required: without it
+/// the launcher asks the guest as its backend can (QEMU: ACPI's power button, or Ctrl-Alt-Del
+/// on a machine without ACPI), and says so when it cannot.
+pub fn check_soft_reboot(vmi: &VirtualMachineInstance) -> Result<(), ApiError> {
+    if !is_running(vmi) {
+        return Err(ApiError::conflict("VMI is not running"));
+    }
+    if is_paused(vmi) {
+        return Err(ApiError::conflict("VMI is paused"));
     }
     Ok(())
 }
@@ -202,6 +242,56 @@ mod tests {
     }
 
     #[test]
+    fn vnc_needs_a_running_vmi_with_a_graphics_device() {
+        let with_graphics = |phase: &str, graphics: Option<bool>| {
+            let mut vmi = vmi(phase, json!([]));
+            vmi.spec.domain.devices.autoattach_graphics_device = graphics;
+            vmi
+        };
+        assert!(check_vnc(&with_graphics("Running", Some(true))).is_ok());
+        for graphics in [None, Some(false)] {
+            let refused = check_vnc(&with_graphics("Running", graphics)).unwrap_err();
+            assert_eq!(
+                (refused.code, refused.message.as_str()),
+                (http::StatusCode::BAD_REQUEST, NO_GRAPHICS),
+                "{graphics:?}"
+            );
+        }
+        for phase in ["Scheduled", "Succeeded", "Failed"] {
+            let refused = check_vnc(&with_graphics(phase, Some(true))).unwrap_err();
+            assert_eq!(
+                (refused.code, refused.message.as_str()),
+                (http::StatusCode::BAD_REQUEST, "VMI is not running"),
+                "{phase}"
+            );
+        }
+        // As in KubeVirt, the missing device is said first.
+        let refused = check_vnc(&with_graphics("Pending", Some(false))).unwrap_err();
+        assert_eq!(refused.message, NO_GRAPHICS);
+    }
+
+    #[test]
+    fn a_screenshot_cannot_move_the_cursor() {
+        for fine in [
+            None,
+            Some(""),
+            Some("moveCursor=false"),
+            Some("x=1&moveCursor"),
+        ] {
+            assert!(check_screenshot_query(fine).is_ok(), "{fine:?}");
+        }
+        let refused = check_screenshot_query(Some("a=b&moveCursor=true")).unwrap_err();
+        assert_eq!(
+            (refused.code, refused.message.as_str()),
+            (
+                http::StatusCode::BAD_REQUEST,
+                "moveCursor=true is not supported by ferrovirt: the screenshot is taken as the \
+                 screen is"
+            )
+        );
+    }
+
+    #[test]
     fn a_port_forward_reaches_the_declared_ports_only_when_some_are() {
         let mut running = vmi("Running", json!([]));
         assert!(check_port_forward(&running, 22).is_ok());
@@ -227,30 +317,30 @@ mod tests {
     #[test]
     fn the_agent_subresources_need_a_running_vmi_with_its_agent() {
         let no_agent = vmi("Running", json!([]));
-        let e = check_agent(&no_agent, false).unwrap_err();
+        let e = check_agent(&no_agent).unwrap_err();
         assert_eq!(
             (e.code, e.message.as_str()),
             (http::StatusCode::CONFLICT, NO_AGENT)
         );
-        let e = check_agent(&no_agent, true).unwrap_err();
-        assert!(e.message.starts_with(NO_AGENT), "{}", e.message);
-        assert!(
-            e.message.contains("not supported by ferrovirt"),
-            "{}",
-            e.message
-        );
         let connected = json!([{"type": "AgentConnected", "status": "True"}]);
-        assert!(check_agent(&vmi("Running", connected.clone()), true).is_ok());
-        let e = check_agent(&vmi("Scheduled", connected), false).unwrap_err();
+        assert!(check_agent(&vmi("Running", connected.clone())).is_ok());
+        let e = check_agent(&vmi("Scheduled", connected)).unwrap_err();
         assert_eq!(e.message, "VMI is not running");
         let paused = json!([{"type": "AgentConnected", "status": "True"},
                             {"type": "Paused", "status": "True"}]);
-        assert!(check_agent(&vmi("Running", paused.clone()), false).is_ok());
+        assert!(check_agent(&vmi("Running", paused)).is_ok());
+    }
+
+    #[test]
+    fn a_soft_reboot_needs_a_running_unpaused_vmi_but_no_agent() {
+        assert!(check_soft_reboot(&vmi("Running", json!([]))).is_ok());
+        let paused = json!([{"type": "Paused", "status": "True"}]);
+        let e = check_soft_reboot(&vmi("Running", paused)).unwrap_err();
         assert_eq!(
-            check_agent(&vmi("Running", paused), true)
-                .unwrap_err()
-                .message,
-            "VMI is paused"
+            (e.code, e.message.as_str()),
+            (http::StatusCode::CONFLICT, "VMI is paused")
         );
+        let e = check_soft_reboot(&vmi("Scheduled", json!([]))).unwrap_err();
+        assert_eq!(e.message, "VMI is not running");
     }
 }

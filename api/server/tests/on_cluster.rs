@@ -123,6 +123,8 @@ fn discovery_lists_the_subresources(run: &Run) {
         .collect();
     for expected in [
         "virtualmachineinstances/console",
+        "virtualmachineinstances/vnc",
+        "virtualmachineinstances/vnc/screenshot",
         "virtualmachineinstances/pause",
         "virtualmachines/start",
         "virtualmachines/migrate",
