@@ -127,6 +127,9 @@ pub enum Command {
     /// Soft-reboot a virtual machine instance through its guest agent.
     #[command(name = "soft-reboot", alias = "softreboot")]
     Softreboot { name: String },
+    /// Reset a virtual machine instance (a hardware reset: the guest starts over at once, as
+    /// after pressing the reset button).
+    Reset { name: String },
     /// Print the guest OS information the guest agent reports.
     Guestosinfo { name: String },
     /// Return full list of logged in users on the guest machine.
@@ -171,6 +174,13 @@ pub enum Command {
     Fslist { name: String },
     /// Print the client and server versions.
     Version,
+    /// Open a vnc connection to a virtual machine instance.
+    #[command(
+        override_usage = "virtctl vnc (VMI) [flags]\n       virtctl vnc [command]",
+        after_help = VNC_EXAMPLES,
+        subcommand_negates_reqs = true
+    )]
+    Vnc(VncArgs),
     /// Return the VirtualMachine object with expanded instancetype and preference.
     #[command(
         override_usage = "virtctl expand (VM) [flags]",
@@ -198,6 +208,97 @@ const EXPAND_EXAMPLES: &str = "Examples:
 
   # Expand a virtual machine called myvm and display output in json format.
   virtctl expand --vm myvm --output json";
+
+const VNC_EXAMPLES: &str = "Examples:
+  # Connect to 'testvmi' via remote-viewer:
+   virtctl vnc testvmi";
+
+const SCREENSHOT_EXAMPLES: &str = "Examples:
+   # Take a VNC screenshot of 'testvmi' in png format:
+   virtctl vnc screenshot testvmi -f screenshot.png
+
+   # Take a VNC screenshot of 'testvmi' in png format and pipe it through \"display\" to show it right away:
+   virtctl vnc screenshot testvmi -f - | display";
+
+/// The VNC viewers `--vnc-type` names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum VncType {
+    /// TigerVNC's vncviewer.
+    Tiger,
+    /// Chicken (macOS).
+    Chicken,
+    /// RealVNC's VNC Viewer (macOS).
+    Real,
+    /// virt-viewer's remote-viewer.
+    RemoteViewer,
+}
+
+/// `virtctl vnc`'s flags (checked, before connecting, by `vnc::Options::from_args`).
+#[derive(Args, Clone, Debug, Default, PartialEq, Eq)]
+pub struct VncArgs {
+    #[command(subcommand)]
+    pub command: Option<VncCommand>,
+    /// The VMI.
+    #[arg(value_name = "VMI", required = true)]
+    pub name: Option<String>,
+    /// More arguments, which `vnc` refuses (KubeVirt's words: it accepts 1).
+    #[arg(hide = true)]
+    pub extra: Vec<String>,
+    /// --address=127.0.0.1: Setting this will change the listening address of the VNC server. Example: --address=0.0.0.0 will make the server listen on all interfaces.
+    #[arg(long, value_name = "string", default_value = "127.0.0.1")]
+    pub address: String,
+    /// --port=0: Assigning a port value to this will try to run the proxy on the given port if the port is accessible; If unassigned, the proxy will run on a random port
+    #[arg(
+        long,
+        value_name = "int",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
+    pub port: u16,
+    /// --preserve-session: This option will preserve an existing VNC session instead of dropping it.
+    #[arg(long, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true,
+          default_value = "false", default_missing_value = "true")]
+    pub preserve_session: bool,
+    /// --proxy-only=false: Setting this true will run only the virtctl vnc proxy and show the port where VNC viewers can connect
+    #[arg(long, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true,
+          default_value = "false", default_missing_value = "true")]
+    pub proxy_only: bool,
+    /// --vnc-path=/path/to/vnc: Specify the path to the VNC viewer executable. Optional if the binary is in $PATH
+    #[arg(long, value_name = "string")]
+    pub vnc_path: Option<PathBuf>,
+    /// --vnc-type=tiger: Specify the type of VNC viewer to use (tiger, chicken, real, remote-viewer). If --vnc-path is not provided, the binary is looked up in $PATH
+    #[arg(long, value_name = "string", hide_possible_values = true)]
+    pub vnc_type: Option<VncType>,
+}
+
+/// `virtctl vnc`'s subcommands.
+#[derive(Subcommand, Clone, Debug, PartialEq, Eq)]
+pub enum VncCommand {
+    /// Create a VNC screenshot of a virtual machine instance.
+    #[command(override_usage = "virtctl vnc screenshot (VMI) [flags]", after_help = SCREENSHOT_EXAMPLES)]
+    Screenshot(ScreenshotArgs),
+}
+
+/// `virtctl vnc screenshot`'s flags.
+#[derive(Args, Clone, Debug, PartialEq, Eq)]
+pub struct ScreenshotArgs {
+    /// The VMI.
+    #[arg(value_name = "VMI")]
+    pub name: String,
+    /// where to store the VNC screenshot in PNG format. User '-' for stdout
+    #[arg(
+        short = 'f',
+        long,
+        value_name = "string",
+        required = true,
+        allow_hyphen_values = true
+    )]
+    pub file: String,
+    /// move the cursor to wake up the screen in case of screensavers
+    #[arg(short = 'm', long, action = clap::ArgAction::Set, num_args = 0..=1,
+          require_equals = true, default_value = "false", default_missing_value = "true")]
+    pub move_cursor: bool,
+}
 
 /// `virtctl expand`'s flags (checked, with KubeVirt's messages, by `expand::validate`).
 #[derive(Args, Clone, Debug, Default, PartialEq, Eq)]
@@ -386,9 +487,9 @@ fn kind_word(dry: bool) -> &'static str {
     }
 }
 
-/// The call a command makes (`None` for console, migrate-cancel and version, which do more;
-/// for expand, whose call `expand::call` makes once the file is read; and for
-/// create, which makes none).
+/// The call a command makes (`None` for console, vnc (not `vnc screenshot`, a GET of a PNG),
+/// migrate-cancel and version, which do more; for expand, whose call `expand::call` makes once
+/// the file is read; and for create, which makes none).
 pub fn plan(command: &Command, namespace: &str) -> Result<Option<ApiCall>, UsageError> {
     let put =
         |sub: Subresource, name: &str, body: Vec<u8>, success: String, failure: String| ApiCall {
@@ -514,10 +615,33 @@ pub fn plan(command: &Command, namespace: &str) -> Result<Option<ApiCall>, Usage
             format!("VMI {name} was scheduled to soft-reboot"),
             format!("Error soft rebooting VirtualMachineInstance {name}:"),
         ),
+        // "reseting" is KubeVirt's spelling.
+        Command::Reset { name } => put(
+            Subresource::Reset,
+            name,
+            Vec::new(),
+            format!("VMI {name} was scheduled to reset"),
+            format!("Error reseting VirtualMachineInstance {name}:"),
+        ),
         Command::Guestosinfo { name } => get(name, Subresource::GuestOsInfo, "guestosinfo"),
         Command::Userlist { name } => get(name, Subresource::UserList, "userlist"),
         Command::Fslist { name } => get(name, Subresource::FilesystemList, "filesystemlist"),
+        Command::Vnc(VncArgs {
+            command: Some(VncCommand::Screenshot(args)),
+            ..
+        }) => ApiCall {
+            method: Method::GET,
+            path: format!(
+                "{}?moveCursor={}",
+                subresource_path(namespace, &args.name, Subresource::VncScreenshot),
+                args.move_cursor
+            ),
+            body: Vec::new(),
+            success: None,
+            failure: format!("Can't access VMI {}:", args.name),
+        },
         Command::Console { .. }
+        | Command::Vnc(_)
         | Command::PortForward { .. }
         | Command::Ssh { .. }
         | Command::Scp { .. }

@@ -110,6 +110,21 @@ fn soft_reboot_is_kubevirts_name_and_softreboot_still_works() {
 }
 
 #[test]
+fn reset_puts_the_vmis_reset_subresource_with_kubevirts_messages() {
+    let c = call(&["reset", "testvmi"]);
+    assert_eq!(c.method, http::Method::PUT);
+    assert_eq!(
+        c.path,
+        "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachineinstances/testvmi/reset"
+    );
+    assert_eq!(
+        c.success.as_deref(),
+        Some("VMI testvmi was scheduled to reset")
+    );
+    assert_eq!(c.failure, "Error reseting VirtualMachineInstance testvmi:");
+}
+
+#[test]
 fn the_guest_agent_commands_get_their_subresources() {
     for (command, sub) in [
         ("guestosinfo", "guestosinfo"),
@@ -264,4 +279,130 @@ fn port_forward_ssh_and_scp_take_kubevirts_flags() {
     let cli = parse(&["scp", "-r", "-p", "2222", "./d", "vmi/x:/tmp"]);
     assert!(matches!(&cli.command, Command::Scp { recursive: true, ssh, .. } if ssh.port == 2222));
     assert_eq!(plan(&cli.command, "default"), Ok(None));
+}
+
+#[test]
+fn vnc_takes_kubevirts_flags_and_makes_no_single_call() {
+    let cli = parse(&["vnc", "testvmi"]);
+    assert_eq!(
+        cli.command,
+        Command::Vnc(VncArgs {
+            command: None,
+            name: Some("testvmi".into()),
+            extra: vec![],
+            address: "127.0.0.1".into(),
+            port: 0,
+            preserve_session: false,
+            proxy_only: false,
+            vnc_path: None,
+            vnc_type: None,
+        })
+    );
+    assert_eq!(plan(&cli.command, "default"), Ok(None));
+    let cli = parse(&[
+        "vnc",
+        "--proxy-only",
+        "testvmi",
+        "--port",
+        "5901",
+        "--address=0.0.0.0",
+        "-n",
+        "ns1",
+    ]);
+    let Command::Vnc(args) = &cli.command else {
+        panic!("{:?}", cli.command);
+    };
+    assert_eq!(
+        (
+            args.name.as_deref(),
+            args.proxy_only,
+            args.port,
+            args.address.as_str()
+        ),
+        (Some("testvmi"), true, 5901, "0.0.0.0")
+    );
+    assert_eq!(cli.namespace.as_deref(), Some("ns1"));
+    // A bool flag takes its value after `=` only, as cobra's do.
+    let cli = parse(&["vnc", "--proxy-only=false", "--preserve-session", "testvmi"]);
+    let Command::Vnc(args) = &cli.command else {
+        panic!("{:?}", cli.command);
+    };
+    assert!(!args.proxy_only && args.preserve_session);
+    let cli = parse(&[
+        "vnc",
+        "testvmi",
+        "--vnc-type=remote-viewer",
+        "--vnc-path",
+        "/opt/rv",
+    ]);
+    let Command::Vnc(args) = &cli.command else {
+        panic!("{:?}", cli.command);
+    };
+    assert_eq!(args.vnc_type, Some(VncType::RemoteViewer));
+    assert_eq!(
+        args.vnc_path.as_deref(),
+        Some(std::path::Path::new("/opt/rv"))
+    );
+    for bad in [
+        &["vnc"][..],
+        &["vnc", "x", "--vnc-type=vnc"],
+        &["vnc", "x", "--port=70000"],
+        &["vnc", "x", "--port=-1"],
+    ] {
+        assert!(
+            Cli::try_parse_from(std::iter::once("virtctl").chain(bad.iter().copied())).is_err(),
+            "{bad:?}"
+        );
+    }
+}
+
+#[test]
+fn vnc_screenshot_gets_the_png_with_kubevirts_flags() {
+    let c = call(&["vnc", "screenshot", "testvmi", "-f", "shot.png"]);
+    assert_eq!(c.method, Method::GET);
+    assert_eq!(
+        c.path,
+        "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachineinstances/testvmi/vnc/screenshot?moveCursor=false"
+    );
+    assert_eq!(c.failure, "Can't access VMI testvmi:");
+    let c = call(&[
+        "vnc",
+        "screenshot",
+        "-m",
+        "testvmi",
+        "--file=-",
+        "-n",
+        "ns1",
+    ]);
+    assert_eq!(
+        c.path,
+        "/apis/subresources.kubevirt.io/v1/namespaces/ns1/virtualmachineinstances/testvmi/vnc/screenshot?moveCursor=true"
+    );
+    let cli = parse(&[
+        "vnc",
+        "screenshot",
+        "testvmi",
+        "--move-cursor=false",
+        "-f",
+        "-",
+    ]);
+    let Command::Vnc(VncArgs {
+        command: Some(VncCommand::Screenshot(args)),
+        name: None,
+        ..
+    }) = &cli.command
+    else {
+        panic!("{:?}", cli.command);
+    };
+    assert_eq!(
+        args,
+        &ScreenshotArgs {
+            name: "testvmi".into(),
+            file: "-".into(),
+            move_cursor: false,
+        }
+    );
+    // --file is required, as in KubeVirt's.
+    assert!(Cli::try_parse_from(["virtctl", "vnc", "screenshot", "testvmi"]).is_err());
+    assert!(Cli::try_parse_from(["virtctl", "vnc", "screenshot", "-f", "x.png"]).is_err());
 }

@@ -65,3 +65,33 @@ pub async fn send(client: &Client, call: &ApiCall) -> Result<String, CallError> 
         .map_err(|e| CallError::Transport(e.to_string()))?;
     client.request_text(request).await.map_err(error_text)
 }
+
+/// Makes the call; returns the response body as it is (a screenshot's PNG). An error status
+/// gives the Status's message, as [`send`] does.
+pub async fn send_bytes(client: &Client, call: &ApiCall) -> Result<Vec<u8>, CallError> {
+    use http_body_util::BodyExt;
+    let request = http::Request::builder()
+        .method(call.method.clone())
+        .uri(&call.path)
+        .body(kube::client::Body::from(call.body.clone()))
+        .map_err(|e| CallError::Transport(e.to_string()))?;
+    let response = client
+        .send(request)
+        .await
+        .map_err(|e| CallError::Transport(e.to_string()))?;
+    let status = response.status();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| CallError::Transport(e.to_string()))?
+        .to_bytes()
+        .to_vec();
+    if status.is_success() {
+        Ok(body)
+    } else {
+        Err(CallError::Server(crate::websocket::status_message(
+            status, &body,
+        )))
+    }
+}

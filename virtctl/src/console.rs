@@ -6,26 +6,25 @@
 //!    attempt is repeated once a second until `--timeout` minutes have passed, so
 //!    `virtctl start vm && virtctl console vm` works. A VMI that does not exist ends it at
 //!    once, as KubeVirt's virtctl does.
-//! 2. Relay: stdin bytes go out as masked binary frames; binary and text frames from the
-//!    server go to stdout. Ctrl+] (0x1d) ends the session.
+//! 2. Relay ([`crate::websocket::relay`], which `vnc` and `port-forward` use too): stdin bytes
+//!    go out as masked binary frames; binary and text frames from the server go to stdout.
+//!    Ctrl+] (0x1d) ends the session.
 //! 3. A session that the server ends prints why it may have ended; run `virtctl console`
 //!    again to reconnect (the guest's console keeps running meanwhile).
 
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
-use http::{header, StatusCode};
-use http_body_util::BodyExt;
+use http::StatusCode;
 use hyper_util::rt::TokioIo;
 use kube::Client;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, ReadBuf};
 use virt_api::routes::{subresource_path, Subresource};
-use virt_api::websocket::{
-    client_key, read_frame, write_frame, OP_BINARY, OP_CLOSE, OP_CONTINUATION, OP_PING, OP_PONG,
-    OP_TEXT, PLAIN_PROTOCOL,
-};
 
 use crate::client::CallError;
 use crate::terminal::RawMode;
+use crate::websocket::{open_websocket, relay, Ended, Refused};
 
 /// Ctrl+].
 pub const ESCAPE: u8 = 0x1d;
@@ -56,87 +55,6 @@ async fn connect(
         Err(Refused::Transport(e)) => Err(ConnectError::NotReady(e)),
         Err(Refused::Status(status, message)) => Err(classify(status, name, message)),
         Err(Refused::Upgrade(e)) => Err(ConnectError::Fatal(CallError::Transport(e))),
-    }
-}
-
-/// Why a WebSocket to a subresource was not opened.
-#[derive(Debug)]
-pub enum Refused {
-    /// kube-apiserver could not be reached.
-    Transport(String),
-    /// The server answered with this status and message instead of switching protocols.
-    Status(StatusCode, String),
-    /// The switch itself failed.
-    Upgrade(String),
-}
-
-impl std::fmt::Display for Refused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Refused::Transport(e) | Refused::Upgrade(e) => f.write_str(e),
-            Refused::Status(_, message) => f.write_str(message),
-        }
-    }
-}
-
-/// Opens a WebSocket (`plain.kubevirt.io`) to the subresource at `path` through kube-apiserver.
-pub async fn open_websocket(
-    client: &Client,
-    path: &str,
-) -> Result<hyper::upgrade::Upgraded, Refused> {
-    let request = http::Request::get(path)
-        .header(header::CONNECTION, "Upgrade")
-        .header(header::UPGRADE, "websocket")
-        .header(header::SEC_WEBSOCKET_VERSION, "13")
-        .header(header::SEC_WEBSOCKET_KEY, client_key(seed()))
-        .header(header::SEC_WEBSOCKET_PROTOCOL, PLAIN_PROTOCOL)
-        .body(kube::client::Body::from(Vec::new()))
-        .map_err(|e| Refused::Upgrade(e.to_string()))?;
-    let response = client
-        .send(request)
-        .await
-        .map_err(|e| Refused::Transport(e.to_string()))?;
-    let status = response.status();
-    if status != StatusCode::SWITCHING_PROTOCOLS {
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map(|b| b.to_bytes().to_vec())
-            .unwrap_or_default();
-        let message = serde_json::from_slice::<serde_json::Value>(&body)
-            .ok()
-            .and_then(|v| {
-                v.get("message")
-                    .and_then(|m| m.as_str())
-                    .map(str::to_string)
-            })
-            .unwrap_or_else(|| String::from_utf8_lossy(&body).trim().to_string());
-        return Err(Refused::Status(status, message));
-    }
-    hyper::upgrade::on(response)
-        .await
-        .map_err(|e| Refused::Upgrade(format!("upgrade: {e}")))
-}
-
-/// A fresh seed for WebSocket keys and masks.
-pub fn seed() -> u64 {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    now ^ u64::from(std::process::id()).rotate_left(32)
-}
-
-/// Successive WebSocket masks (a client masks every frame it sends).
-pub fn masks(mut seed: u64) -> impl FnMut() -> [u8; 4] {
-    move || {
-        seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (seed >> 32).to_le_bytes()[..4]
-            .try_into()
-            .unwrap_or([0x5a; 4])
     }
 }
 
@@ -205,63 +123,38 @@ async fn session<S>(stream: S) -> SessionEnd
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
 {
-    let (mut ws_read, mut ws_write) = tokio::io::split(stream);
-    let (pong_tx, mut pong_rx) = tokio::sync::mpsc::channel::<Vec<u8>>(4);
-    let mut next_mask = masks(seed());
-    let input = async move {
-        let mut stdin = tokio::io::stdin();
-        let mut buf = [0u8; 1024];
-        loop {
-            tokio::select! {
-                read = stdin.read(&mut buf) => {
-                    let n = match read {
-                        Ok(0) | Err(_) => return SessionEnd::Escape,
-                        Ok(n) => n,
-                    };
-                    let (data, escaped) = match buf[..n].iter().position(|b| *b == ESCAPE) {
-                        Some(i) => (&buf[..i], true),
-                        None => (&buf[..n], false),
-                    };
-                    if !data.is_empty()
-                        && write_frame(&mut ws_write, OP_BINARY, data, Some(next_mask())).await.is_err()
-                    {
-                        return SessionEnd::Disconnected;
-                    }
-                    if escaped {
-                        let _ = write_frame(&mut ws_write, OP_CLOSE, &[0x03, 0xe8], Some(next_mask())).await;
-                        return SessionEnd::Escape;
-                    }
-                }
-                Some(payload) = pong_rx.recv() => {
-                    let _ = write_frame(&mut ws_write, OP_PONG, &payload, Some(next_mask())).await;
-                }
-            }
-        }
+    let input = UntilEscape {
+        inner: tokio::io::stdin(),
+        escaped: false,
     };
-    let output = async move {
-        let mut stdout = tokio::io::stdout();
-        loop {
-            match read_frame(&mut ws_read).await {
-                Ok(Some(frame)) => match frame.opcode {
-                    OP_BINARY | OP_TEXT | OP_CONTINUATION => {
-                        if stdout.write_all(&frame.payload).await.is_err() {
-                            return SessionEnd::Escape;
-                        }
-                        let _ = stdout.flush().await;
-                    }
-                    OP_PING => {
-                        let _ = pong_tx.send(frame.payload).await;
-                    }
-                    OP_CLOSE => return SessionEnd::Disconnected,
-                    _ => {}
-                },
-                Ok(None) | Err(_) => return SessionEnd::Disconnected,
-            }
+    match relay(stream, input, tokio::io::stdout()).await {
+        Ended::Local => SessionEnd::Escape,
+        Ended::Closed(_) | Ended::Broken(_) => SessionEnd::Disconnected,
+    }
+}
+
+/// Input that ends just before the first Ctrl+] (what follows it is dropped).
+pub struct UntilEscape<R> {
+    pub inner: R,
+    pub escaped: bool,
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for UntilEscape<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if self.escaped {
+            return Poll::Ready(Ok(()));
         }
-    };
-    tokio::select! {
-        end = input => end,
-        end = output => end,
+        let start = buf.filled().len();
+        ready!(Pin::new(&mut self.inner).poll_read(cx, buf))?;
+        if let Some(i) = buf.filled()[start..].iter().position(|b| *b == ESCAPE) {
+            buf.set_filled(start + i);
+            self.escaped = true;
+        }
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -300,5 +193,24 @@ mod tests {
             classify(StatusCode::FORBIDDEN, "vm1", "forbidden".into()),
             ConnectError::Fatal(_)
         ));
+    }
+
+    #[tokio::test]
+    async fn input_ends_at_the_escape_key() {
+        use tokio::io::AsyncReadExt;
+        let mut input = UntilEscape {
+            inner: &b"ls -l\r\x1d after"[..],
+            escaped: false,
+        };
+        let mut got = Vec::new();
+        input.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"ls -l\r");
+        let mut input = UntilEscape {
+            inner: &b"\x1d"[..],
+            escaped: false,
+        };
+        let mut got = Vec::new();
+        input.read_to_end(&mut got).await.unwrap();
+        assert!(got.is_empty());
     }
 }

@@ -5,11 +5,11 @@
 use std::time::Duration;
 
 use clap::{CommandFactory, Parser};
-use virtctl::cli::{plan, Cli, Command, CreateKind};
+use virtctl::cli::{plan, Cli, Command, CreateKind, VncArgs, VncCommand};
 use virtctl::client::{self, CallError};
 use virtctl::console::{self, SessionEnd};
 use virtctl::portforward::{self, PortMapping, Target};
-use virtctl::{create, create_vm, expand, ssh};
+use virtctl::{create, create_vm, expand, ssh, vnc};
 
 /// `virtctl create ...`: prints a manifest; no cluster involved.
 fn create(kind: Option<&CreateKind>, namespace: Option<&str>) -> Result<(), String> {
@@ -56,6 +56,7 @@ fn exit_with(code: i32) -> Result<(), String> {
 async fn run(cli: Cli) -> Result<(), String> {
     // What needs no cluster, or is checked before connecting to one.
     let mut expand_request = None;
+    let mut vnc_options = None;
     match &cli.command {
         Command::Create { kind } => return create(kind.as_ref(), cli.namespace.as_deref()),
         Command::Expand(args) => {
@@ -66,11 +67,16 @@ async fn run(cli: Cli) -> Result<(), String> {
             };
             expand_request = Some((request, vm));
         }
+        Command::Vnc(args @ VncArgs { command: None, .. }) => {
+            vnc_options = Some(vnc::Options::from_args(args, cfg!(target_os = "macos"))?);
+        }
         _ => {}
     }
     let streaming = matches!(
         cli.command,
-        Command::Console { .. } | Command::PortForward { .. }
+        Command::Console { .. }
+            | Command::PortForward { .. }
+            | Command::Vnc(VncArgs { command: None, .. })
     );
     let config = client::config(cli.kubeconfig.as_deref(), streaming)
         .await
@@ -151,6 +157,24 @@ async fn run(cli: Cli) -> Result<(), String> {
                 &args.options()?,
             )?;
             exit_with(ssh::run("scp", &args)?)
+        }
+        Command::Vnc(VncArgs {
+            command: Some(VncCommand::Screenshot(args)),
+            ..
+        }) => {
+            let call = plan(&cli.command, &namespace)
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "nothing to do".to_string())?;
+            let png = client::send_bytes(&kube, &call)
+                .await
+                .map_err(|e| format!("{} {e}", call.failure))?;
+            vnc::write_screenshot(&args.file, &png, &mut std::io::stdout())
+        }
+        Command::Vnc(VncArgs { name, .. }) => {
+            let (Some(name), Some(options)) = (name, &vnc_options) else {
+                return Err("vnc: accepts 1 arg(s), received 0".into());
+            };
+            vnc::run(&kube, &namespace, name, options).await
         }
         Command::MigrateCancel { name } => {
             let said = virtctl::migrate_cancel::run(&kube, &namespace, name).await?;

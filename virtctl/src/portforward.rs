@@ -9,14 +9,10 @@
 
 use hyper_util::rt::TokioIo;
 use kube::Client;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 use virt_api::routes::{port_forward_path, Owner};
-use virt_api::websocket::{
-    read_frame, write_frame, OP_BINARY, OP_CLOSE, OP_CONTINUATION, OP_PING, OP_PONG, OP_TEXT,
-};
 
-use crate::console::{masks, open_websocket, seed};
+use crate::websocket::{open_websocket, relay};
 
 /// A VMI or VM named on the command line.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -112,61 +108,6 @@ async fn connect(
     open_websocket(client, &path)
         .await
         .map_err(|e| format!("can't access {}: {e}", target.display(namespace)))
-}
-
-/// Copies `local` into the WebSocket `stream` and back until either side ends.
-pub async fn relay<S, R, W>(stream: S, mut local_read: R, mut local_write: W)
-where
-    S: AsyncRead + AsyncWrite + Send + 'static,
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let (mut ws_read, mut ws_write) = tokio::io::split(stream);
-    let (pong_tx, mut pong_rx) = tokio::sync::mpsc::channel::<Vec<u8>>(4);
-    let mut next_mask = masks(seed());
-    let outgoing = async move {
-        let mut buf = vec![0u8; 32 * 1024];
-        loop {
-            tokio::select! {
-                read = local_read.read(&mut buf) => {
-                    let n = match read {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => n,
-                    };
-                    if write_frame(&mut ws_write, OP_BINARY, &buf[..n], Some(next_mask())).await.is_err() {
-                        return;
-                    }
-                }
-                Some(payload) = pong_rx.recv() => {
-                    let _ = write_frame(&mut ws_write, OP_PONG, &payload, Some(next_mask())).await;
-                }
-            }
-        }
-        let _ = write_frame(&mut ws_write, OP_CLOSE, &[0x03, 0xe8], Some(next_mask())).await;
-    };
-    let incoming = async move {
-        while let Ok(Some(frame)) = read_frame(&mut ws_read).await {
-            match frame.opcode {
-                OP_BINARY | OP_TEXT | OP_CONTINUATION
-                    if local_write.write_all(&frame.payload).await.is_err()
-                        || local_write.flush().await.is_err() =>
-                {
-                    break;
-                }
-                OP_BINARY | OP_TEXT | OP_CONTINUATION => {}
-                OP_PING => {
-                    let _ = pong_tx.send(frame.payload).await;
-                }
-                OP_CLOSE => break,
-                _ => {}
-            }
-        }
-        let _ = local_write.shutdown().await;
-    };
-    tokio::select! {
-        () = outgoing => {}
-        () = incoming => {}
-    }
 }
 
 /// `--stdio`: stdin and stdout are the connection to `port` (ssh's ProxyCommand).
@@ -284,34 +225,5 @@ mod tests {
         for bad in ["0", "x", "sctp/1", "1:70000", ""] {
             assert!(PortMapping::parse(bad).is_err(), "{bad}");
         }
-    }
-
-    /// The relay against a WebSocket server played by the test: local bytes arrive as masked
-    /// binary frames, server frames come out locally, a server close ends it.
-    #[tokio::test]
-    async fn relays_both_ways_and_ends_on_close() {
-        let (client_side, mut server_side) = tokio::io::duplex(1 << 16);
-        let (mut local_in, local_read) = tokio::io::duplex(1 << 16);
-        let (local_write, mut local_out) = tokio::io::duplex(1 << 16);
-        let relay = tokio::spawn(relay(client_side, local_read, local_write));
-        local_in.write_all(b"SSH-2.0-client\r\n").await.unwrap();
-        let frame = read_frame(&mut server_side).await.unwrap().unwrap();
-        assert_eq!(
-            (frame.opcode, frame.payload.as_slice()),
-            (OP_BINARY, &b"SSH-2.0-client\r\n"[..])
-        );
-        write_frame(&mut server_side, OP_BINARY, b"SSH-2.0-guest\r\n", None)
-            .await
-            .unwrap();
-        let mut got = vec![0u8; 15];
-        local_out.read_exact(&mut got).await.unwrap();
-        assert_eq!(got, b"SSH-2.0-guest\r\n");
-        write_frame(&mut server_side, OP_CLOSE, &[], None)
-            .await
-            .unwrap();
-        relay.await.unwrap();
-        let mut rest = Vec::new();
-        local_out.read_to_end(&mut rest).await.unwrap();
-        assert!(rest.is_empty(), "the local side ends after the close");
     }
 }
