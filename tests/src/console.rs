@@ -79,7 +79,10 @@ impl ConsoleSession {
                 .expect("Password: ", Duration::from_secs(60))
                 .map_err(|e| format!("no password prompt after the user name: {e}"))?;
             self.virtctl.send(format!("{password}\r").as_bytes());
-            let answers = ["$ ", "Login incorrect"];
+            // A login that never saw the password's line end times out (a user name typed
+            // while getty was still setting up the terminal can leave Enter not ending the
+            // password's line): the login prompt comes back and is tried again.
+            let answers = ["$ ", "Login incorrect", "Login timed out"];
             // A guest starved of CPU can take long; a silent console gets Enter, as a user
             // would give it (a shell prompts again, a lost password is refused and retried).
             let answer = match self.virtctl.expect_any(&answers, Duration::from_secs(45)) {
@@ -107,7 +110,10 @@ impl ConsoleSession {
                     self.virtctl.output_tail()
                 ));
             }
-            println!("console: the login as {user} was refused; logging in again");
+            println!(
+                "console: the login as {user} was {}; logging in again",
+                ["", "refused", "timed out"][answer]
+            );
         }
     }
 

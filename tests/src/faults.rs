@@ -168,7 +168,12 @@ async fn why_not_back(client: &Client, pods: &Api<Pod>, name: &str) -> String {
         .container_statuses
         .iter()
         .flatten()
-        .map(|c| format!("{} restarts {} state {:?}", c.name, c.restart_count, c.state))
+        .map(|c| {
+            format!(
+                "{} restarts {} state {:?}",
+                c.name, c.restart_count, c.state
+            )
+        })
         .collect();
     let node = pod.spec.and_then(|s| s.node_name).unwrap_or_default();
     let conditions = match Api::<Node>::all(client.clone()).get(&node).await {
@@ -178,7 +183,14 @@ async fn why_not_back(client: &Client, pods: &Api<Pod>, name: &str) -> String {
             .unwrap_or_default()
             .into_iter()
             .filter(|c| (c.type_ == "Ready") != (c.status == "True"))
-            .map(|c| format!("{}={} ({})", c.type_, c.status, c.message.unwrap_or_default()))
+            .map(|c| {
+                format!(
+                    "{}={} ({})",
+                    c.type_,
+                    c.status,
+                    c.message.unwrap_or_default()
+                )
+            })
             .collect::<Vec<_>>()
             .join(", "),
         Err(e) => format!("unknown ({e})"),
@@ -189,7 +201,11 @@ async fn why_not_back(client: &Client, pods: &Api<Pod>, name: &str) -> String {
         status.reason,
         status.message,
         containers.join("; "),
-        if conditions.is_empty() { "no pressure, Ready".into() } else { conditions }
+        if conditions.is_empty() {
+            "no pressure, Ready".into()
+        } else {
+            conditions
+        }
     )
 }
 
