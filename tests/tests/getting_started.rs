@@ -3,12 +3,13 @@
 //!
 //! A VirtualMachine made from `examples/vm-cirros.yaml` (its own name, `runStrategy: Halted`)
 //! in a namespace of its own; then `virtctl start`, the VMI Running (also in `kubectl get
-//! vmis`) and booted from the cirros stand-in's own `/boot/grub/grub.cfg`, `virtctl console` on a pseudo-terminal: the guest's login prompt, a login as
-//! `cirros`, a command whose output only the guest's shell can print, Ctrl+] to leave;
+//! vmis`) and booted from the cirros stand-in's own `/boot/grub/grub.cfg`, `virtctl console`
+//! on a pseudo-terminal: the guest's login prompt, a login as `cirros`, a command whose output only the guest's shell can print, Ctrl+] to leave;
 //! `virtctl pause vmi` (Paused condition) and `unpause` (the console answers again),
+//! `virtctl reset` (the same VMI, a new boot to the login prompt on an open console),
 //! `virtctl restart` (a new VMI that runs), `virtctl stop` (no VMI, the VM Stopped). And what
-//! virtctl says, with which exit code, for a VM that does not exist, for `guestosinfo` and
-//! `soft-reboot` without a guest agent, for `stop --grace-period` without `--force`; `virtctl
+//! virtctl says, with which exit code, for a VM that does not exist, for `guestosinfo`
+//! without a guest agent, for `stop --grace-period` without `--force`; `virtctl
 //! version` and virt-api's `healthz` through kube-apiserver; `virtctl stop --force
 //! --grace-period 0` of a started VM.
 //!
@@ -126,6 +127,24 @@ fn second_console_session(namespace: &str) -> Result<String, String> {
     console.escape()
 }
 
+/// A console open at the shell's prompt while `virtctl reset` runs: the guest boots again to a
+/// new login prompt, and the login works.
+fn reset_console_session(namespace: &str) -> Result<String, String> {
+    let mut console = ConsoleSession::open(namespace, VM)?;
+    console.prompt("$ ", Duration::from_secs(60))?;
+    let out = virtctl(namespace, &["reset", VM]);
+    assert_success(
+        "virtctl reset",
+        &out,
+        &format!("VMI {VM} was scheduled to reset"),
+    );
+    // A login prompt can follow a shell prompt only through a new boot.
+    console.shown("login: ", START)?;
+    console.login(USER, PASSWORD, START)?;
+    console.run("echo reset-$((4*4))", "reset-16")?;
+    console.escape()
+}
+
 async fn console(namespace: &str, session: fn(&str) -> Result<String, String>) -> String {
     let namespace = namespace.to_string();
     tokio::task::spawn_blocking(move || session(&namespace))
@@ -203,22 +222,6 @@ fn the_other_commands(namespace: &str) {
         out.stderr
             .contains("VMI does not have guest agent connected"),
         "guestosinfo: expected KubeVirt's `VMI does not have guest agent connected`, got: {}",
-        out.stderr
-    );
-    let out = virtctl(namespace, &["soft-reboot", VM]);
-    assert_eq!(
-        out.code,
-        Some(1),
-        "soft-reboot without a guest agent: {out:?}"
-    );
-    assert!(
-        out.stderr.starts_with(&format!(
-            "Error soft rebooting VirtualMachineInstance {VM}:"
-        )) && out
-            .stderr
-            .contains("VMI does not have guest agent connected")
-            && out.stderr.contains("not supported by ferrovirt"),
-        "soft-reboot: {}",
         out.stderr
     );
     let out = virtctl(namespace, &["stop", VM, "--grace-period", "5"]);
@@ -317,6 +320,18 @@ async fn getting_started_with_virtctl() {
     println!(
         "console session after unpause:\n{}",
         after_boot(&transcript)
+    );
+
+    // virtctl reset: the same VMI, its guest booted again.
+    let transcript = console(ns, reset_console_session).await;
+    println!(
+        "console session across virtctl reset:\n{}",
+        after_boot(&transcript)
+    );
+    let after = running_vmi(&vmis, None).await;
+    assert_eq!(
+        after.metadata.uid, first.metadata.uid,
+        "virtctl reset keeps the VMI"
     );
 
     // virtctl restart: a new VMI that runs.
