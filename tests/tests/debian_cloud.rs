@@ -17,7 +17,11 @@
 //! guestosinfo`, `userlist` (the user logged in on the console) and `fslist` (the root
 //! filesystem) print, that `freeze` (the VMI's `fsFreezeStatus`) holds a write in the guest until
 //! `unfreeze`, and that `virtctl soft-reboot` reboots the guest from inside (the kernel's
-//! "reboot: Restarting system" and a new boot on the console, the same VMI still Running).
+//! "reboot: Restarting system" and a new boot on the console, the same VMI still Running). On the
+//! SeaBIOS VM the agent is stopped on the console, and `virtctl soft-reboot` goes through ACPI:
+//! the guest powers off and boots again in the same VMI. That VM also has a graphics device
+//! (`autoattachGraphicsDevice: true`): `virtctl vnc screenshot` writes a PNG of its screen, and
+//! a VNC client's RFB handshake goes through `virtctl vnc --proxy-only` to QEMU's VNC server.
 
 use std::time::{Duration, Instant};
 
@@ -42,6 +46,7 @@ users:
   - name: fvuser
     lock_passwd: false
     shell: /bin/bash
+    sudo: ALL=(ALL) NOPASSWD:ALL
     ssh_authorized_keys:
       - {public_key}
 chpasswd:
@@ -92,6 +97,10 @@ struct Boot {
     firmware: Option<serde_json::Value>,
     boot_source: &'static str,
     agent: bool,
+    /// Soft reboot with the guest agent stopped: through ACPI.
+    acpi_reboot: bool,
+    /// `autoattachGraphicsDevice: true`: a VGA card, its screen over VNC.
+    graphics: bool,
 }
 
 fn boots() -> [Boot; 3] {
@@ -101,18 +110,24 @@ fn boots() -> [Boot; 3] {
             firmware: None,
             boot_source: "per /boot/grub/grub.cfg",
             agent: true,
+            acpi_reboot: false,
+            graphics: false,
         },
         Boot {
             vm: "debian-bios",
             firmware: Some(serde_json::json!({"bootloader": {"bios": {"useSerial": true}}})),
             boot_source: "SeaBIOS",
             agent: false,
+            acpi_reboot: true,
+            graphics: true,
         },
         Boot {
             vm: "debian-efi",
             firmware: Some(serde_json::json!({"bootloader": {"efi": {"secureBoot": false}}})),
             boot_source: "OVMF",
             agent: false,
+            acpi_reboot: false,
+            graphics: false,
         },
     ]
 }
@@ -146,6 +161,10 @@ fn debian_vm(boot: &Boot, public_key: &str) -> VirtualMachine {
         }
     }))
     .expect("a VirtualMachine");
+    if boot.graphics {
+        let spec = vm.spec.template.spec.as_mut().expect("a template spec");
+        spec.domain.devices.autoattach_graphics_device = Some(true);
+    }
     if let Some(firmware) = &boot.firmware {
         let spec = vm.spec.template.spec.as_mut().expect("a template spec");
         spec.domain.firmware =
@@ -237,12 +256,18 @@ async fn boot_and_log_in(
         );
     }
     let logged_in = created.elapsed();
-    let agent = if boot.agent {
+    let mut agent = if boot.agent {
         let reached = ssh_port_forward_and_scp(&namespace, vm, &key).await;
         reached + &guest_agent(&vmis, &namespace, vm).await
     } else {
         String::new()
     };
+    if boot.graphics {
+        agent += &vnc_screen(&namespace, vm).await;
+    }
+    if boot.acpi_reboot {
+        agent += &soft_reboot_through_acpi(&vmis, &namespace, vm).await;
+    }
     format!(
         "debian_cloud: {vm}: VMI Running {:.1} s after the VM was created; login prompt {:.1} s \
          after creation; BootSource: {says}{agent}",
@@ -347,24 +372,10 @@ async fn ssh_port_forward_and_scp(namespace: &str, vm: &str, key: &SshKey) -> St
 /// Runs `virtctl port-forward vmi/VM PORT:22` until it listens, connects to the local port and
 /// reads the first line the guest sends; stops virtctl.
 fn port_forward_banner(namespace: &str, vm: &str, port: u16) -> Result<String, String> {
-    use std::io::{BufRead, Read};
+    use std::io::Read;
     let target = format!("vmi/{vm}");
     let ports = format!("{port}:22");
-    let mut child = std::process::Command::new(ferrovirt_tests::virtctl_binary())
-        .args(ferrovirt_tests::virtctl_args(
-            namespace,
-            &["port-forward", &target, &ports],
-        ))
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("spawning virtctl: {e}"))?;
-    let result = (|| {
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let mut line = String::new();
-        std::io::BufReader::new(stdout)
-            .read_line(&mut line)
-            .map_err(|e| e.to_string())?;
+    with_virtctl(namespace, &["port-forward", &target, &ports], |line| {
         if !line.starts_with("Forwarding from 127.0.0.1:") {
             return Err(format!("virtctl printed {line:?}"));
         }
@@ -383,7 +394,34 @@ fn port_forward_banner(namespace: &str, vm: &str, port: u16) -> Result<String, S
             }
         }
         Ok(String::from_utf8_lossy(&banner).into_owned())
-    })();
+    })
+}
+
+/// Runs virtctl with `args` in the background, gives the first line it prints to `client`, and
+/// stops it once `client` returns; an error gets virtctl's stderr.
+fn with_virtctl<T>(
+    namespace: &str,
+    args: &[&str],
+    client: impl FnOnce(String) -> Result<T, String>,
+) -> Result<T, String> {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(ferrovirt_tests::virtctl_binary())
+        .args(ferrovirt_tests::virtctl_args(namespace, args))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("spawning virtctl: {e}"))?;
+    let result = child
+        .stdout
+        .take()
+        .ok_or_else(|| "no stdout".to_string())
+        .and_then(|stdout| {
+            let mut line = String::new();
+            std::io::BufReader::new(stdout)
+                .read_line(&mut line)
+                .map_err(|e| e.to_string())?;
+            client(line)
+        });
     let _ = child.kill();
     let output = child.wait_with_output().map_err(|e| e.to_string())?;
     result.map_err(|e| {
@@ -391,6 +429,134 @@ fn port_forward_banner(namespace: &str, vm: &str, port: u16) -> Result<String, S
             "{e}; virtctl's stderr: {}",
             String::from_utf8_lossy(&output.stderr)
         )
+    })
+}
+
+/// Width and height of a PNG (its IHDR chunk), after checking its signature.
+fn png_size(png: &[u8]) -> Result<(u32, u32), String> {
+    let be = |at: usize| u32::from_be_bytes(png[at..at + 4].try_into().expect("4 bytes"));
+    if png.len() < 24 || !png.starts_with(b"\x89PNG\r\n\x1a\n") || &png[12..16] != b"IHDR" {
+        return Err(format!("not a PNG: {:02x?}", &png[..png.len().min(24)]));
+    }
+    Ok((be(16), be(20)))
+}
+
+/// Whether a PNG shows anything: its image data (the IDAT chunks, inflated) holds a byte above
+/// the filter types' 0 to 4, which a uniformly black screen never does (every filtered byte of it
+/// is 0).
+fn png_shows_something(png: &[u8]) -> Result<bool, String> {
+    use std::io::Read;
+    let mut data = Vec::new();
+    let mut at = 8;
+    while at + 8 <= png.len() {
+        let len = u32::from_be_bytes(png[at..at + 4].try_into().expect("4 bytes")) as usize;
+        let kind = &png[at + 4..at + 8];
+        let end = at + 8 + len;
+        if end > png.len() {
+            return Err(format!("a chunk {kind:?} of {len} bytes past the end"));
+        }
+        if kind == b"IDAT" {
+            data.extend_from_slice(&png[at + 8..end]);
+        }
+        at = end + 4;
+    }
+    let mut pixels = Vec::new();
+    flate2::read::ZlibDecoder::new(&data[..])
+        .read_to_end(&mut pixels)
+        .map_err(|e| format!("inflating the image data: {e}"))?;
+    Ok(pixels.iter().any(|b| *b > 4))
+}
+
+/// The VM's screen through virtctl: `virtctl vnc screenshot -f FILE` writes a PNG of it (not
+/// blank), and `virtctl vnc --proxy-only` relays a VNC client to QEMU's server: the RFB
+/// handshake both ways (versions, security "None", ClientInit) up to the ServerInit, whose
+/// framebuffer is the size of the screenshot. Returns what to print.
+async fn vnc_screen(namespace: &str, vm: &str) -> String {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let file = dir.path().join("screen.png");
+    let out = virtctl(
+        namespace,
+        &["vnc", "screenshot", vm, "-f", &file.display().to_string()],
+    );
+    assert_eq!(out.code, Some(0), "virtctl vnc screenshot: {out:?}");
+    let png = std::fs::read(&file).expect("the screenshot file");
+    let (width, height) = png_size(&png).unwrap_or_else(|e| panic!("{vm}: the screenshot: {e}"));
+    assert!(
+        width >= 320 && height >= 200,
+        "{vm}: a {width}x{height} screen"
+    );
+    // The kernel's console and the login prompt on the VGA text screen (console=tty0).
+    assert!(
+        png_shows_something(&png).unwrap_or_else(|e| panic!("{vm}: the screenshot: {e}")),
+        "{vm}: the screenshot is blank"
+    );
+    let (ns, name) = (namespace.to_string(), vm.to_string());
+    let (version, screen) = tokio::task::spawn_blocking(move || vnc_handshake(&ns, &name))
+        .await
+        .expect("the VNC client thread")
+        .unwrap_or_else(|e| panic!("{vm}: virtctl vnc --proxy-only: {e}"));
+    assert_eq!(version, "RFB 003.008\n", "{vm}: QEMU's RFB version");
+    assert_eq!(
+        screen,
+        (width, height),
+        "{vm}: ServerInit's framebuffer against the screenshot"
+    );
+    format!(
+        "; vnc: a {width}x{height} PNG screenshot ({} bytes), the RFB handshake through the proxy",
+        png.len()
+    )
+}
+
+/// Reads exactly `n` bytes.
+fn read_n(stream: &mut std::net::TcpStream, n: usize) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let mut buf = vec![0u8; n];
+    stream
+        .read_exact(&mut buf)
+        .map(|_| buf)
+        .map_err(|e| format!("reading {n} bytes: {e}"))
+}
+
+/// `virtctl vnc --proxy-only`: the port it prints, then the RFB handshake as a VNC viewer makes
+/// it. Returns the server's version line and the framebuffer size of its ServerInit.
+fn vnc_handshake(namespace: &str, vm: &str) -> Result<(String, (u32, u32)), String> {
+    use std::io::Write;
+    with_virtctl(namespace, &["vnc", vm, "--proxy-only"], |line| {
+        let printed: serde_json::Value =
+            serde_json::from_str(line.trim()).map_err(|e| format!("{line:?}: {e}"))?;
+        let port = printed["port"]
+            .as_u64()
+            .and_then(|p| u16::try_from(p).ok())
+            .ok_or(format!("no port in {line:?}"))?;
+        let mut stream =
+            std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .map_err(|e| e.to_string())?;
+        let send = |stream: &mut std::net::TcpStream, bytes: &[u8]| {
+            stream.write_all(bytes).map_err(|e| e.to_string())
+        };
+        // RFB 3.8: the versions both ways, then the server's security types; the client picks
+        // None, the server says it succeeded; then ClientInit (shared) and ServerInit.
+        let version = String::from_utf8_lossy(&read_n(&mut stream, 12)?).into_owned();
+        send(&mut stream, b"RFB 003.008\n")?;
+        let count = read_n(&mut stream, 1)?[0] as usize;
+        let types = read_n(&mut stream, count)?;
+        if !types.contains(&1) {
+            return Err(format!("security types {types:?} without None (1)"));
+        }
+        send(&mut stream, &[1])?;
+        let result = read_n(&mut stream, 4)?;
+        if result != [0, 0, 0, 0] {
+            return Err(format!("SecurityResult {result:?}"));
+        }
+        send(&mut stream, &[1])?;
+        let init = read_n(&mut stream, 4)?;
+        let size = (
+            u32::from(u16::from_be_bytes([init[0], init[1]])),
+            u32::from(u16::from_be_bytes([init[2], init[3]])),
+        );
+        Ok((version, size))
     })
 }
 
@@ -479,6 +645,90 @@ async fn freeze_blocks_a_write(
 }
 
 /// The guest agent's answers as virtctl prints them (JSON).
+/// After a soft reboot: the VMI of UID `uid` still runs.
+async fn same_vmi_running(vmis: &Api<VirtualMachineInstance>, vm: &str, uid: &Option<String>) {
+    let after = vmis.get(vm).await.expect("the VMI after the soft reboot");
+    assert_eq!(
+        &after.metadata.uid, uid,
+        "{vm}: the same VMI runs after a soft reboot"
+    );
+    assert_eq!(
+        after.status.as_ref().and_then(|s| s.phase),
+        Some(api::VmiPhase::Running),
+        "{vm} after the soft reboot"
+    );
+}
+
+/// Whether the VMI's `AgentConnected` condition is True.
+fn agent_connected(vmi: &VirtualMachineInstance) -> bool {
+    vmi.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == "AgentConnected" && c.status == "True")
+    })
+}
+
+/// `virtctl soft-reboot` with the guest agent stopped (`systemctl stop` on the console): the
+/// launcher presses the ACPI power button, systemd powers the guest off, QEMU (told to pause
+/// at that power-off) is reset and resumed, and the guest boots again to its login prompt: the
+/// kernel's "reboot: Power down", then firmware and kernel again. The same VMI runs on.
+/// Returns what to print.
+async fn soft_reboot_through_acpi(
+    vmis: &Api<VirtualMachineInstance>,
+    namespace: &str,
+    vm: &str,
+) -> String {
+    let (ns, name) = (namespace.to_string(), vm.to_string());
+    tokio::task::spawn_blocking(move || -> Result<String, String> {
+        let mut console = ConsoleSession::open(&ns, &name)?;
+        console.prompt("$ ", Duration::from_secs(60))?;
+        console.run(
+            "sudo systemctl stop qemu-guest-agent; echo agent-stopped-$((2 + 3))",
+            "agent-stopped-5",
+        )?;
+        console.escape()
+    })
+    .await
+    .expect("the console session thread")
+    .unwrap_or_else(|e| panic!("{vm}: stopping the guest agent on the console: {e}"));
+    let uid = wait_for(
+        "the VMI without AgentConnected",
+        Duration::from_secs(120),
+        || async {
+            let vmi = vmis.get(vm).await.ok()?;
+            (!agent_connected(&vmi)).then_some(vmi.metadata.uid)
+        },
+    )
+    .await;
+    let (ns, name) = (namespace.to_string(), vm.to_string());
+    let rebooted = tokio::task::spawn_blocking(move || -> Result<Duration, String> {
+        let mut console = ConsoleSession::open(&ns, &name)?;
+        console.prompt("$ ", Duration::from_secs(60))?;
+        let asked = Instant::now();
+        let out = virtctl(&ns, &["soft-reboot", &name]);
+        if (out.code, out.stdout.trim())
+            != (Some(0), &format!("VMI {name} was scheduled to soft-reboot"))
+        {
+            return Err(format!("virtctl soft-reboot: {out:?}"));
+        }
+        console.shown("reboot: Power down", BOOT)?;
+        console.shown("Linux version", BOOT)?;
+        console.login(USER, PASSWORD, BOOT)?;
+        let rebooted = asked.elapsed();
+        console.escape()?;
+        Ok(rebooted)
+    })
+    .await
+    .expect("the console session thread")
+    .unwrap_or_else(|e| panic!("{vm}: soft reboot through ACPI: {e}"));
+    same_vmi_running(vmis, vm, &uid).await;
+    format!(
+        "; soft-reboot without the agent (ACPI): powered off, booted again and the login prompt \
+         {:.1} s later",
+        rebooted.as_secs_f64()
+    )
+}
+
 fn virtctl_json(namespace: &str, args: &[&str]) -> Result<serde_json::Value, String> {
     let out = virtctl(namespace, args);
     if out.code != Some(0) {
@@ -581,16 +831,7 @@ async fn guest_agent(vmis: &Api<VirtualMachineInstance>, namespace: &str, vm: &s
     .await
     .expect("the console session thread")
     .unwrap_or_else(|e| panic!("{vm}: the guest did not reboot after soft-reboot: {e}"));
-    let after = vmis.get(vm).await.expect("the VMI after the soft reboot");
-    assert_eq!(
-        after.metadata.uid, uid,
-        "{vm}: the same VMI runs after a soft reboot"
-    );
-    assert_eq!(
-        after.status.as_ref().and_then(|s| s.phase),
-        Some(api::VmiPhase::Running),
-        "{vm} after the soft reboot"
-    );
+    same_vmi_running(vmis, vm, &uid).await;
     format!(
         "; guest agent connected {:.1} s after the login ({} user(s), {} filesystem(s)); \
          freeze held a write for {:.1} s until unfreeze; soft-reboot: new boot on the console \
