@@ -149,6 +149,9 @@ same pause vm no-such-vm
 same unpause vmi no-such-vm
 same migrate no-such-vm
 same soft-reboot no-such-vm
+same reset no-such-vm
+same vnc screenshot no-such-vm -f "$work/shot.png"
+same vnc no-such-vm --proxy-only
 same guestosinfo no-such-vm
 same userlist no-such-vm
 same fslist no-such-vm
@@ -159,6 +162,9 @@ same pause vm
 same stop "$vm" --force
 same ssh
 same scp
+same reset
+same vnc screenshot
+same vnc
 # The VM is stopped.
 same stop "$vm"
 same pause vm "$vm"
@@ -173,6 +179,10 @@ step fv Stopped stop "$vm"
 step fv Running start "$vm"
 step kv Paused pause vmi "$vm"
 step fv Running unpause vmi "$vm"
+step kv Running reset "$vm"
+step fv Running reset "$vm"
+# No graphics device (none was asked for): refused by both.
+same vnc screenshot "$vm" -f "$work/shot.png"
 step kv Stopped stop "$vm"
 same version
 # Manifests written on the client.
