@@ -41,9 +41,11 @@ async fn wait_count_above(console: &ConsoleReader, above: u64, timeout: Duration
 /// The `COUNT` values printed after the first `skip` bytes of the console.
 fn counts_after(console: &ConsoleReader, skip: usize) -> Vec<u64> {
     let text = console.text();
+    // Complete lines only: the last one may still be arriving ("COUNT 1" of "COUNT 1a").
     text.get(skip..)
         .unwrap_or_default()
-        .lines()
+        .split_inclusive('\n')
+        .filter(|l| l.ends_with('\n'))
         .filter_map(|l| l.trim().strip_prefix("COUNT "))
         .filter_map(|n| u64::from_str_radix(n.trim(), 16).ok())
         .collect()

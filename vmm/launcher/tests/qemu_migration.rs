@@ -42,7 +42,10 @@ struct Count {
 }
 
 fn counts(text: &str) -> Vec<Count> {
-    text.lines()
+    // Complete lines only: the source's last line can be cut where the migration stopped it
+    // (a token of "47a" was once read for "47aa0eff9d09955c").
+    text.split_inclusive('\n')
+        .filter(|l| l.ends_with('\n'))
         .filter_map(|l| {
             let mut parts = l.trim().strip_prefix("fv-count ")?.split_whitespace();
             Some(Count {
