@@ -178,6 +178,35 @@ fn switching_protocols(protocol: &'static str) -> Response<Full<Bytes>> {
     response
 }
 
+/// Answers `101` to `protocol` and, in the background once the connection is upgraded, copies
+/// it and `stream` into each other until either closes; `what` names the relay in the log.
+fn relay_upgraded<S>(
+    request: &mut Request<Incoming>,
+    protocol: &'static str,
+    mut stream: S,
+    what: String,
+) -> Response<Full<Bytes>>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let upgrade = hyper::upgrade::on(request);
+    tokio::spawn(async move {
+        match upgrade.await {
+            Ok(upgraded) => {
+                let mut upgraded = TokioIo::new(upgraded);
+                match tokio::io::copy_bidirectional(&mut upgraded, &mut stream).await {
+                    Ok((to_vm, from_vm)) => {
+                        log::info!("{what} closed ({to_vm} bytes in, {from_vm} bytes out)")
+                    }
+                    Err(e) => log::info!("{what} closed: {e}"),
+                }
+            }
+            Err(e) => log::warn!("{what}: upgrade failed: {e}"),
+        }
+    });
+    switching_protocols(protocol)
+}
+
 /// Whether `request` asks to switch to `protocol` (`Upgrade:`).
 fn asks_for_upgrade(request: &Request<Incoming>, protocol: &str) -> bool {
     request

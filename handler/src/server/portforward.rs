@@ -21,7 +21,6 @@ use contract::sockets::LAUNCHER_SOCKET;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 
 use super::{text, ServerConfig, PORT_FORWARD_UPGRADE};
 
@@ -126,31 +125,19 @@ pub async fn open(
         }
         Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
-    let mut stream = match stream
+    let stream = match stream
         .set_nonblocking(true)
         .and_then(|()| tokio::net::TcpStream::from_std(stream))
     {
         Ok(stream) => stream,
         Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
-    let upgrade = hyper::upgrade::on(&mut request);
-    let uid = uid.to_string();
-    tokio::spawn(async move {
-        match upgrade.await {
-            Ok(upgraded) => {
-                let mut upgraded = TokioIo::new(upgraded);
-                match tokio::io::copy_bidirectional(&mut upgraded, &mut stream).await {
-                    Ok((to_guest, from_guest)) => log::info!(
-                        "port-forward to port {port} of {uid} closed ({to_guest} bytes in, \
-                         {from_guest} bytes out)"
-                    ),
-                    Err(e) => log::info!("port-forward to port {port} of {uid} closed: {e}"),
-                }
-            }
-            Err(e) => log::warn!("port-forward to port {port} of {uid}: upgrade failed: {e}"),
-        }
-    });
-    super::switching_protocols(PORT_FORWARD_UPGRADE)
+    super::relay_upgraded(
+        &mut request,
+        PORT_FORWARD_UPGRADE,
+        stream,
+        format!("port-forward to port {port} of {uid}"),
+    )
 }
 
 #[cfg(test)]

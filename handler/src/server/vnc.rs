@@ -15,7 +15,6 @@ use contract::sockets::{LAUNCHER_SOCKET, VNC_SOCKET};
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
 
 use super::{text, ServerConfig, VNC_UPGRADE};
@@ -47,27 +46,11 @@ pub async fn open(
         );
     }
     let path = config.socket_root.join(uid).join(VNC_SOCKET);
-    let mut socket = match UnixStream::connect(&path).await {
+    let socket = match UnixStream::connect(&path).await {
         Ok(socket) => socket,
         Err(e) => return not_reachable(config, uid, &e),
     };
-    let upgrade = hyper::upgrade::on(&mut request);
-    let uid = uid.to_string();
-    tokio::spawn(async move {
-        match upgrade.await {
-            Ok(upgraded) => {
-                let mut upgraded = TokioIo::new(upgraded);
-                match tokio::io::copy_bidirectional(&mut upgraded, &mut socket).await {
-                    Ok((to_vm, from_vm)) => {
-                        log::info!("VNC of {uid} closed ({to_vm} bytes in, {from_vm} bytes out)")
-                    }
-                    Err(e) => log::info!("VNC of {uid} closed: {e}"),
-                }
-            }
-            Err(e) => log::warn!("VNC of {uid}: upgrade failed: {e}"),
-        }
-    });
-    super::switching_protocols(VNC_UPGRADE)
+    super::relay_upgraded(&mut request, VNC_UPGRADE, socket, format!("VNC of {uid}"))
 }
 
 /// `200` with the launcher's PNG of the screen, or its refusal.
