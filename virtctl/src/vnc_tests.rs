@@ -333,7 +333,7 @@ async fn the_server_ending_the_stream_ends_the_proxy() {
     assert_eq!(proxy_task.await.unwrap(), Ok(()));
 
     let (listener, port) = local_listener().await;
-    let (client_side, server) = tokio::io::duplex(1 << 16);
+    let (client_side, mut server) = tokio::io::duplex(1 << 16);
     let proxy_task = tokio::spawn(proxy(
         listener,
         client_side,
@@ -344,7 +344,9 @@ async fn the_server_ending_the_stream_ends_the_proxy() {
     ));
     let mut vnc = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     vnc.write_all(b"x").await.unwrap();
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The client's byte reaching the server says the relay runs: now the connection breaks.
+    let frame = read_frame(&mut server).await.unwrap().unwrap();
+    assert_eq!(frame.payload, b"x");
     drop(server);
     assert_eq!(
         proxy_task.await.unwrap(),
