@@ -13,6 +13,7 @@ pub mod faults;
 pub mod metrics;
 pub mod migration;
 pub mod pty;
+pub mod screen;
 
 pub use cluster_lock::{ClusterChange, ClusterLock};
 

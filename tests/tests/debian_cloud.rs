@@ -432,41 +432,6 @@ fn with_virtctl<T>(
     })
 }
 
-/// Width and height of a PNG (its IHDR chunk), after checking its signature.
-fn png_size(png: &[u8]) -> Result<(u32, u32), String> {
-    let be = |at: usize| u32::from_be_bytes(png[at..at + 4].try_into().expect("4 bytes"));
-    if png.len() < 24 || !png.starts_with(b"\x89PNG\r\n\x1a\n") || &png[12..16] != b"IHDR" {
-        return Err(format!("not a PNG: {:02x?}", &png[..png.len().min(24)]));
-    }
-    Ok((be(16), be(20)))
-}
-
-/// Whether a PNG shows anything: its image data (the IDAT chunks, inflated) holds a byte above
-/// the filter types' 0 to 4, which a uniformly black screen never does (every filtered byte of it
-/// is 0).
-fn png_shows_something(png: &[u8]) -> Result<bool, String> {
-    use std::io::Read;
-    let mut data = Vec::new();
-    let mut at = 8;
-    while at + 8 <= png.len() {
-        let len = u32::from_be_bytes(png[at..at + 4].try_into().expect("4 bytes")) as usize;
-        let kind = &png[at + 4..at + 8];
-        let end = at + 8 + len;
-        if end > png.len() {
-            return Err(format!("a chunk {kind:?} of {len} bytes past the end"));
-        }
-        if kind == b"IDAT" {
-            data.extend_from_slice(&png[at + 8..end]);
-        }
-        at = end + 4;
-    }
-    let mut pixels = Vec::new();
-    flate2::read::ZlibDecoder::new(&data[..])
-        .read_to_end(&mut pixels)
-        .map_err(|e| format!("inflating the image data: {e}"))?;
-    Ok(pixels.iter().any(|b| *b > 4))
-}
-
 /// The VM's screen through virtctl: `virtctl vnc screenshot -f FILE` writes a PNG of it (not
 /// blank), and `virtctl vnc --proxy-only` relays a VNC client to QEMU's server: the RFB
 /// handshake both ways (versions, security "None", ClientInit) up to the ServerInit, whose
@@ -480,14 +445,16 @@ async fn vnc_screen(namespace: &str, vm: &str) -> String {
     );
     assert_eq!(out.code, Some(0), "virtctl vnc screenshot: {out:?}");
     let png = std::fs::read(&file).expect("the screenshot file");
-    let (width, height) = png_size(&png).unwrap_or_else(|e| panic!("{vm}: the screenshot: {e}"));
+    let (width, height) = ferrovirt_tests::screen::png_size(&png)
+        .unwrap_or_else(|e| panic!("{vm}: the screenshot: {e}"));
     assert!(
         width >= 320 && height >= 200,
         "{vm}: a {width}x{height} screen"
     );
     // The kernel's console and the login prompt on the VGA text screen (console=tty0).
     assert!(
-        png_shows_something(&png).unwrap_or_else(|e| panic!("{vm}: the screenshot: {e}")),
+        ferrovirt_tests::screen::png_shows_something(&png)
+            .unwrap_or_else(|e| panic!("{vm}: the screenshot: {e}")),
         "{vm}: the screenshot is blank"
     );
     let (ns, name) = (namespace.to_string(), vm.to_string());
@@ -507,20 +474,9 @@ async fn vnc_screen(namespace: &str, vm: &str) -> String {
     )
 }
 
-/// Reads exactly `n` bytes.
-fn read_n(stream: &mut std::net::TcpStream, n: usize) -> Result<Vec<u8>, String> {
-    use std::io::Read;
-    let mut buf = vec![0u8; n];
-    stream
-        .read_exact(&mut buf)
-        .map(|_| buf)
-        .map_err(|e| format!("reading {n} bytes: {e}"))
-}
-
 /// `virtctl vnc --proxy-only`: the port it prints, then the RFB handshake as a VNC viewer makes
 /// it. Returns the server's version line and the framebuffer size of its ServerInit.
 fn vnc_handshake(namespace: &str, vm: &str) -> Result<(String, (u32, u32)), String> {
-    use std::io::Write;
     with_virtctl(namespace, &["vnc", vm, "--proxy-only"], |line| {
         let printed: serde_json::Value =
             serde_json::from_str(line.trim()).map_err(|e| format!("{line:?}: {e}"))?;
@@ -528,35 +484,7 @@ fn vnc_handshake(namespace: &str, vm: &str) -> Result<(String, (u32, u32)), Stri
             .as_u64()
             .and_then(|p| u16::try_from(p).ok())
             .ok_or(format!("no port in {line:?}"))?;
-        let mut stream =
-            std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
-        stream
-            .set_read_timeout(Some(Duration::from_secs(60)))
-            .map_err(|e| e.to_string())?;
-        let send = |stream: &mut std::net::TcpStream, bytes: &[u8]| {
-            stream.write_all(bytes).map_err(|e| e.to_string())
-        };
-        // RFB 3.8: the versions both ways, then the server's security types; the client picks
-        // None, the server says it succeeded; then ClientInit (shared) and ServerInit.
-        let version = String::from_utf8_lossy(&read_n(&mut stream, 12)?).into_owned();
-        send(&mut stream, b"RFB 003.008\n")?;
-        let count = read_n(&mut stream, 1)?[0] as usize;
-        let types = read_n(&mut stream, count)?;
-        if !types.contains(&1) {
-            return Err(format!("security types {types:?} without None (1)"));
-        }
-        send(&mut stream, &[1])?;
-        let result = read_n(&mut stream, 4)?;
-        if result != [0, 0, 0, 0] {
-            return Err(format!("SecurityResult {result:?}"));
-        }
-        send(&mut stream, &[1])?;
-        let init = read_n(&mut stream, 4)?;
-        let size = (
-            u32::from(u16::from_be_bytes([init[0], init[1]])),
-            u32::from(u16::from_be_bytes([init[2], init[3]])),
-        );
-        Ok((version, size))
+        ferrovirt_tests::screen::rfb_handshake(("127.0.0.1", port))
     })
 }
 
