@@ -21,10 +21,10 @@
 //!   reason as text.
 //! - `GET /v1/vmis/{uid}/{guestosinfo|userlist|filesystemlist}`: what the launcher last heard
 //!   from the guest agent, as KubeVirt's JSON (see [`guest_info`]); `409` without an agent.
-//! - `GET /v1/vmis/{uid}/portforward/{port}` with `Upgrade: ferrovirt-portforward`: connects to
-//!   the guest's TCP `port` from inside the launcher Pod's network namespace, then answers `101`
-//!   and relays (see [`portforward`]); `404` without a launcher, `400` without a masquerade
-//!   network, `502` when the guest refuses.
+//! - `GET /v1/vmis/{uid}/portforward/{port}[/{tcp|udp}]` with `Upgrade: ferrovirt-portforward`:
+//!   connects to the guest's TCP `port` (or opens a UDP socket to it) from inside the launcher
+//!   Pod's network namespace, then answers `101` and relays (see [`portforward`]); `404`
+//!   without a launcher, `400` without a masquerade network, `502` when the guest refuses.
 //! - `GET /v1/vmis/{uid}/console` with `Connection: Upgrade` and
 //!   `Upgrade: ferrovirt-console`: connects to `console-sock` first (so a missing console is a
 //!   plain `404`), then answers `101 Switching Protocols`; from then on the connection and the
@@ -253,8 +253,8 @@ async fn handle(config: &ServerConfig, request: Request<Incoming>) -> Response<F
         HandlerRoute::Console(uid) => console::open(config, &uid, request).await,
         HandlerRoute::Vnc(uid) => vnc::open(config, &uid, request).await,
         HandlerRoute::VncScreenshot(uid) => vnc::screenshot(config, &uid).await,
-        HandlerRoute::PortForward(uid, port) => {
-            portforward::open(config, &uid, port, request).await
+        HandlerRoute::PortForward(uid, port, protocol) => {
+            portforward::open(config, &uid, port, protocol, request).await
         }
         HandlerRoute::NotFound => text(StatusCode::NOT_FOUND, "not found"),
     }

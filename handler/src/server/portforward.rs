@@ -1,5 +1,8 @@
 //! Port-forwarding on the handler side: virt-api's upgraded connection and a TCP connection to
-//! a port of the guest, copied into each other until either closes.
+//! a port of the guest, copied into each other until either closes; or, for UDP, a socket
+//! connected to the guest's port, each datagram carried on the upgraded connection as a 2-byte
+//! big-endian length and its bytes (virt-api turns each into one WebSocket message, as
+//! KubeVirt's virtctl sends and expects them).
 //!
 //! The connection is made from inside the launcher Pod's network namespace, to the guest's
 //! address behind the masquerade binding's tap, as KubeVirt's virt-handler dials it: every
@@ -12,7 +15,7 @@
 //! and ends; the socket stays in the namespace it was made in.
 
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -21,11 +24,39 @@ use contract::sockets::LAUNCHER_SOCKET;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::{text, ServerConfig, PORT_FORWARD_UPGRADE};
 
 /// How long the guest gets to accept the connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The largest datagram the 2-byte length can carry (a UDP datagram is smaller still).
+const MAX_DATAGRAM: usize = u16::MAX as usize;
+
+/// The transport of a port-forward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    Tcp,
+    Udp,
+}
+
+impl Protocol {
+    /// `tcp` or `udp`, as in the path.
+    pub fn parse(name: &str) -> Option<Protocol> {
+        match name {
+            "tcp" => Some(Protocol::Tcp),
+            "udp" => Some(Protocol::Udp),
+            _ => None,
+        }
+    }
+}
+
+/// What [`dial`] made, in the launcher Pod's network namespace.
+enum Dialed {
+    Tcp(TcpStream),
+    Udp(UdpSocket),
+}
 
 /// The network on the tap `tap` in a `/proc/<pid>/net/route` table: its address (the table's
 /// fields are little-endian hex).
@@ -70,7 +101,7 @@ impl DialError {
 }
 
 /// Connects to `port` of the guest of the launcher serving `socket` (blocking).
-fn dial(socket: &std::path::Path, port: u16) -> Result<TcpStream, DialError> {
+fn dial(socket: &std::path::Path, port: u16, protocol: Protocol) -> Result<Dialed, DialError> {
     let (pid, _) = crate::podnet::launcher_process(socket).map_err(DialError::NoLauncher)?;
     let routes =
         std::fs::read_to_string(format!("/proc/{pid}/net/route")).map_err(DialError::Routes)?;
@@ -86,8 +117,17 @@ fn dial(socket: &std::path::Path, port: u16) -> Result<TcpStream, DialError> {
                     Some(rustix::thread::LinkNameSpaceType::Network),
                 )
                 .map_err(|e| DialError::Namespace(e.into()))?;
-                TcpStream::connect_timeout(&SocketAddr::V4(guest), CONNECT_TIMEOUT)
-                    .map_err(|e| DialError::Connect(guest, e))
+                let connect = |e| DialError::Connect(guest, e);
+                match protocol {
+                    Protocol::Tcp => {
+                        TcpStream::connect_timeout(&SocketAddr::V4(guest), CONNECT_TIMEOUT)
+                            .map(Dialed::Tcp)
+                            .map_err(connect)
+                    }
+                    Protocol::Udp => UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))
+                        .and_then(|udp| udp.connect(guest).map(|()| Dialed::Udp(udp)))
+                        .map_err(connect),
+                }
             })
             .join()
             .unwrap_or_else(|_| {
@@ -103,6 +143,7 @@ pub async fn open(
     config: &ServerConfig,
     uid: &str,
     port: u16,
+    protocol: Protocol,
     mut request: Request<Incoming>,
 ) -> Response<Full<Bytes>> {
     if !super::asks_for_upgrade(&request, PORT_FORWARD_UPGRADE) {
@@ -112,9 +153,9 @@ pub async fn open(
         );
     }
     let socket = config.socket_root.join(uid).join(LAUNCHER_SOCKET);
-    let dialed = tokio::task::spawn_blocking(move || dial(&socket, port)).await;
-    let stream = match dialed {
-        Ok(Ok(stream)) => stream,
+    let dialed = tokio::task::spawn_blocking(move || dial(&socket, port, protocol)).await;
+    let dialed = match dialed {
+        Ok(Ok(dialed)) => dialed,
         Ok(Err(e)) => {
             let message = format!(
                 "port-forward to port {port} of VMI {uid}: {}",
@@ -125,19 +166,72 @@ pub async fn open(
         }
         Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
-    let stream = match stream
-        .set_nonblocking(true)
-        .and_then(|()| tokio::net::TcpStream::from_std(stream))
-    {
-        Ok(stream) => stream,
-        Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    let what = format!("port-forward to port {port}/{protocol:?} of {uid}");
+    let internal = |e: io::Error| text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
+    match dialed {
+        Dialed::Tcp(stream) => match stream
+            .set_nonblocking(true)
+            .and_then(|()| tokio::net::TcpStream::from_std(stream))
+        {
+            Ok(stream) => super::relay_upgraded(&mut request, PORT_FORWARD_UPGRADE, stream, what),
+            Err(e) => internal(e),
+        },
+        Dialed::Udp(socket) => match socket
+            .set_nonblocking(true)
+            .and_then(|()| tokio::net::UdpSocket::from_std(socket))
+        {
+            Ok(socket) => {
+                let (near, far) = tokio::io::duplex(2 * (MAX_DATAGRAM + 2));
+                tokio::spawn(carry_datagrams(far, socket));
+                super::relay_upgraded(&mut request, PORT_FORWARD_UPGRADE, near, what)
+            }
+            Err(e) => internal(e),
+        },
+    }
+}
+
+/// Carries datagrams between `stream` (each a 2-byte big-endian length and its bytes) and the
+/// connected `socket` until `stream` ends. A guest port that nobody listens on answers with
+/// ICMP, which fails a later receive: ignored, as UDP goes on.
+async fn carry_datagrams<S>(stream: S, socket: tokio::net::UdpSocket)
+where
+    S: AsyncRead + AsyncWrite,
+{
+    let (mut read, mut write) = tokio::io::split(stream);
+    let to_guest = async {
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        loop {
+            let Ok(len) = read.read_u16().await else {
+                return;
+            };
+            let datagram = &mut buf[..usize::from(len)];
+            if read.read_exact(datagram).await.is_err() {
+                return;
+            }
+            let _ = socket.send(datagram).await;
+        }
     };
-    super::relay_upgraded(
-        &mut request,
-        PORT_FORWARD_UPGRADE,
-        stream,
-        format!("port-forward to port {port} of {uid}"),
-    )
+    let from_guest = async {
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        loop {
+            let n = match socket.recv(&mut buf).await {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
+                Err(_) => return,
+            };
+            let len = u16::try_from(n).unwrap_or(u16::MAX);
+            let mut framed = Vec::with_capacity(n + 2);
+            framed.extend(len.to_be_bytes());
+            framed.extend(&buf[..usize::from(len)]);
+            if write.write_all(&framed).await.is_err() {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        () = to_guest => {}
+        () = from_guest => {}
+    }
 }
 
 #[cfg(test)]
@@ -171,8 +265,12 @@ tap0\t0002000A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0
     #[test]
     fn a_missing_launcher_is_not_found() {
         let dir = tempfile::tempdir().unwrap();
-        let error = dial(&dir.path().join("launcher-sock"), 22).unwrap_err();
-        assert_eq!(error.status(), StatusCode::NOT_FOUND, "{error}");
+        for protocol in [Protocol::Tcp, Protocol::Udp] {
+            let Err(error) = dial(&dir.path().join("launcher-sock"), 22, protocol) else {
+                panic!("dialled {protocol:?} without a launcher");
+            };
+            assert_eq!(error.status(), StatusCode::NOT_FOUND, "{error}");
+        }
     }
 
     #[test]
@@ -181,8 +279,33 @@ tap0\t0002000A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("launcher-sock");
         let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
-        let error = dial(&socket, 22).unwrap_err();
+        let Err(error) = dial(&socket, 22, Protocol::Udp) else {
+            panic!("dialled without a guest network");
+        };
         assert_eq!(error.status(), StatusCode::BAD_REQUEST, "{error}");
         assert!(error.to_string().contains("no tap0 network"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn datagrams_go_to_the_port_and_answers_come_back_framed() {
+        let guest = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        socket.connect(guest.local_addr().unwrap()).await.unwrap();
+        let (mut api, far) = tokio::io::duplex(1 << 16);
+        let carrying = tokio::spawn(carry_datagrams(far, socket));
+        api.write_all(b"\0\x04ping\0\x03two").await.unwrap();
+        let mut buf = [0u8; 64];
+        let (n, from) = guest.recv_from(&mut buf).await.unwrap();
+        assert_eq!(&buf[..n], b"ping");
+        let (n, _) = guest.recv_from(&mut buf).await.unwrap();
+        assert_eq!(&buf[..n], b"two");
+        guest.send_to(b"pong", from).await.unwrap();
+        guest.send_to(b"", from).await.unwrap();
+        let mut framed = [0u8; 8];
+        api.read_exact(&mut framed).await.unwrap();
+        assert_eq!(&framed, b"\0\x04pong\0\0");
+        // virt-api going away ends the relay.
+        drop(api);
+        carrying.await.unwrap();
     }
 }

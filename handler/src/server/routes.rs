@@ -8,6 +8,7 @@ use http::{Method, StatusCode};
 use tonic::transport::Channel;
 
 use super::guest_info::GuestInfoKind;
+use super::portforward::Protocol;
 
 type LauncherClient = contract::proto::v1::launcher_client::LauncherClient<Channel>;
 
@@ -33,7 +34,8 @@ pub enum HandlerRoute {
     /// A PNG of the VM's screen.
     VncScreenshot(String),
     GuestInfo(String, GuestInfoKind),
-    PortForward(String, u16),
+    /// A port of the guest, over TCP or UDP.
+    PortForward(String, u16, Protocol),
     NotFound,
 }
 
@@ -73,9 +75,17 @@ pub fn route(method: &Method, path: &str) -> HandlerRoute {
         (&Method::GET, ["v1", "vmis", uid, "vnc", "screenshot"]) if valid_uid(uid) => {
             HandlerRoute::VncScreenshot(uid.to_string())
         }
-        (&Method::GET, ["v1", "vmis", uid, "portforward", port]) if valid_uid(uid) => {
-            match port.parse::<u16>() {
-                Ok(port) if port > 0 => HandlerRoute::PortForward(uid.to_string(), port),
+        (&Method::GET, ["v1", "vmis", uid, "portforward", port, protocol @ ..])
+            if valid_uid(uid) && protocol.len() <= 1 =>
+        {
+            let protocol = match protocol.first() {
+                None => Some(Protocol::Tcp),
+                Some(name) => Protocol::parse(name),
+            };
+            match (port.parse::<u16>(), protocol) {
+                (Ok(port), Some(protocol)) if port > 0 => {
+                    HandlerRoute::PortForward(uid.to_string(), port, protocol)
+                }
                 _ => HandlerRoute::NotFound,
             }
         }
@@ -239,7 +249,15 @@ mod tests {
         );
         assert_eq!(
             route(&Method::GET, &format!("/v1/vmis/{uid}/portforward/22")),
-            HandlerRoute::PortForward(uid.into(), 22)
+            HandlerRoute::PortForward(uid.into(), 22, Protocol::Tcp)
+        );
+        assert_eq!(
+            route(&Method::GET, &format!("/v1/vmis/{uid}/portforward/22/tcp")),
+            HandlerRoute::PortForward(uid.into(), 22, Protocol::Tcp)
+        );
+        assert_eq!(
+            route(&Method::GET, &format!("/v1/vmis/{uid}/portforward/53/udp")),
+            HandlerRoute::PortForward(uid.into(), 53, Protocol::Udp)
         );
         assert_eq!(
             route(&Method::GET, &format!("/v1/vmis/{uid}/vnc")),
@@ -265,7 +283,7 @@ mod tests {
             route(&Method::GET, "/v1/vmis/../vnc/screenshot"),
             HandlerRoute::NotFound
         );
-        for bad in ["0", "65536", "ssh"] {
+        for bad in ["0", "65536", "ssh", "53/sctp", "53/udp/x"] {
             assert_eq!(
                 route(&Method::GET, &format!("/v1/vmis/{uid}/portforward/{bad}")),
                 HandlerRoute::NotFound
