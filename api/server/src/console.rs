@@ -10,7 +10,10 @@
 //! virt-api does, so that KubeVirt's clients read an unexpected EOF rather than a normal end.
 //!
 //! The VNC display and port-forwards are relayed the same way, with their byte streams (RFB,
-//! a guest's TCP connection) in place of the serial port's.
+//! a guest's TCP connection) in place of the serial port's. A UDP port-forward carries
+//! datagrams ([`Framing::Datagrams`]): each WebSocket message is one datagram, as KubeVirt's
+//! virtctl sends and expects them, and the handler stream carries each as a 2-byte big-endian
+//! length and its bytes (virt-handler's `portforward` module speaks the same).
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -28,9 +31,18 @@ pub enum RelayEnd {
     ConsoleClosed,
 }
 
+/// What the handler stream carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Framing {
+    /// A byte stream (the serial port, RFB, a TCP connection): message boundaries mean nothing.
+    Bytes,
+    /// Datagrams, each a 2-byte big-endian length and its bytes; one WebSocket message each.
+    Datagrams,
+}
+
 /// Relays until one side ends. `client` speaks WebSocket (server side: frames from it are
-/// masked, frames to it are not); `console` is raw bytes.
-pub async fn relay<C, H>(client: C, console: H) -> RelayEnd
+/// masked, frames to it are not); `console` is raw bytes or datagrams, as `framing` says.
+pub async fn relay<C, H>(client: C, console: H, framing: Framing) -> RelayEnd
 where
     C: AsyncRead + AsyncWrite + Send + 'static,
     H: AsyncRead + AsyncWrite + Send + 'static,
@@ -55,19 +67,34 @@ where
     let to_console = {
         let frames_tx = frames_tx.clone();
         async move {
+            // A message's fragments so far (datagrams only).
+            let mut message = Vec::new();
             loop {
                 let frame = match read_frame(&mut client_read).await {
                     Ok(Some(frame)) => frame,
                     Ok(None) | Err(_) => return RelayEnd::ClientClosed,
                 };
                 match frame.opcode {
-                    OP_BINARY | OP_TEXT | OP_CONTINUATION
-                        if console_write.write_all(&frame.payload).await.is_err()
-                            || console_write.flush().await.is_err() =>
-                    {
-                        return RelayEnd::ConsoleClosed;
+                    OP_BINARY | OP_TEXT | OP_CONTINUATION => {
+                        let bytes = match framing {
+                            Framing::Bytes => frame.payload,
+                            Framing::Datagrams => {
+                                message.extend(frame.payload);
+                                if !frame.fin {
+                                    continue;
+                                }
+                                match datagram(&std::mem::take(&mut message)) {
+                                    Some(framed) => framed,
+                                    None => return RelayEnd::ClientClosed,
+                                }
+                            }
+                        };
+                        if console_write.write_all(&bytes).await.is_err()
+                            || console_write.flush().await.is_err()
+                        {
+                            return RelayEnd::ConsoleClosed;
+                        }
                     }
-                    OP_BINARY | OP_TEXT | OP_CONTINUATION => {}
                     OP_PING => {
                         let _ = frames_tx.send((OP_PONG, frame.payload)).await;
                     }
@@ -87,9 +114,16 @@ where
             // is there, so the console's keystroke echoes are not held back.
             let mut buf = vec![0u8; 64 << 10];
             loop {
-                match console_read.read(&mut buf).await {
-                    Ok(0) | Err(_) => return RelayEnd::ConsoleClosed,
-                    Ok(n) => {
+                let read = match framing {
+                    Framing::Bytes => match console_read.read(&mut buf).await {
+                        Ok(0) | Err(_) => None,
+                        Ok(n) => Some(n),
+                    },
+                    Framing::Datagrams => read_datagram(&mut console_read, &mut buf).await.ok(),
+                };
+                match read {
+                    None => return RelayEnd::ConsoleClosed,
+                    Some(n) => {
                         if frames_tx
                             .send((OP_BINARY, buf[..n].to_vec()))
                             .await
@@ -111,6 +145,25 @@ where
     end
 }
 
+/// `payload` with its 2-byte big-endian length in front; `None` when it cannot be a UDP
+/// datagram (longer than 65535 bytes).
+fn datagram(payload: &[u8]) -> Option<Vec<u8>> {
+    let len = u16::try_from(payload.len()).ok()?;
+    let mut framed = Vec::with_capacity(payload.len() + 2);
+    framed.extend(len.to_be_bytes());
+    framed.extend(payload);
+    Some(framed)
+}
+
+/// Reads one length-prefixed datagram into `buf` (at least 64 KiB); returns its length.
+async fn read_datagram<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buf: &mut [u8],
+) -> std::io::Result<usize> {
+    let len = usize::from(reader.read_u16().await?);
+    reader.read_exact(&mut buf[..len]).await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,7 +173,7 @@ mod tests {
     async fn keystrokes_go_in_and_guest_output_comes_back() {
         let (client, client_peer) = tokio::io::duplex(1 << 16);
         let (console, mut guest) = tokio::io::duplex(1 << 16);
-        let relay = tokio::spawn(relay(client_peer, console));
+        let relay = tokio::spawn(relay(client_peer, console, Framing::Bytes));
         let (mut client_read, mut client_write) = tokio::io::split(client);
 
         client_write
@@ -160,13 +213,45 @@ mod tests {
     async fn console_end_closes_the_connection_without_a_close_frame() {
         let (client, client_peer) = tokio::io::duplex(1 << 16);
         let (console, mut guest) = tokio::io::duplex(1 << 16);
-        let relay = tokio::spawn(relay(client_peer, console));
+        let relay = tokio::spawn(relay(client_peer, console, Framing::Bytes));
         guest.write_all(b"bye").await.unwrap();
         drop(guest);
         let (mut client_read, _client_write) = tokio::io::split(client);
         let last = read_frame(&mut client_read).await.unwrap().unwrap();
         assert_eq!((last.opcode, last.payload), (OP_BINARY, b"bye".to_vec()));
         assert!(read_frame(&mut client_read).await.unwrap().is_none());
+        assert_eq!(relay.await.unwrap(), RelayEnd::ConsoleClosed);
+    }
+
+    #[tokio::test]
+    async fn datagrams_keep_their_boundaries_both_ways() {
+        let (client, client_peer) = tokio::io::duplex(1 << 16);
+        let (console, mut handler) = tokio::io::duplex(1 << 16);
+        let relay = tokio::spawn(relay(client_peer, console, Framing::Datagrams));
+        let (mut client_read, mut client_write) = tokio::io::split(client);
+        // One message in two fragments, then one in one frame: two datagrams.
+        let mut first = encode_frame(OP_BINARY, b"o", Some([1, 2, 3, 4]));
+        first[0] &= 0x7f;
+        for frame in [
+            first,
+            encode_frame(OP_CONTINUATION, b"ne", Some([5, 6, 7, 8])),
+            encode_frame(OP_BINARY, b"two", Some([9, 9, 9, 9])),
+        ] {
+            client_write.write_all(&frame).await.unwrap();
+        }
+        let mut framed = [0u8; 10];
+        handler.read_exact(&mut framed).await.unwrap();
+        assert_eq!(&framed, b"\0\x03one\0\x03two");
+        // Two datagrams from the guest, the second empty: two messages.
+        handler.write_all(b"\0\x05hello\0\0").await.unwrap();
+        for expected in [&b"hello"[..], b""] {
+            let frame = read_frame(&mut client_read).await.unwrap().unwrap();
+            assert_eq!(
+                (frame.opcode, frame.payload.as_slice()),
+                (OP_BINARY, expected)
+            );
+        }
+        drop(handler);
         assert_eq!(relay.await.unwrap(), RelayEnd::ConsoleClosed);
     }
 }

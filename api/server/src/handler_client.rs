@@ -186,15 +186,17 @@ impl HandlerClient {
             .await
     }
 
-    /// Opens a TCP connection to `port` of the VMI's guest through its handler.
+    /// Opens a port-forward to `port` of the VMI's guest through its handler: a TCP
+    /// connection, or with `protocol` `udp` a stream of length-prefixed datagrams.
     pub async fn port_forward(
         &self,
         vmi: &VirtualMachineInstance,
         port: u16,
+        protocol: &str,
     ) -> Result<Upgraded, ApiError> {
         let address = self.address(vmi).await?;
         HandlerConnection::new(&self.tls, address)
-            .port_forward(uid_of(vmi)?, port)
+            .port_forward(uid_of(vmi)?, port, protocol)
             .await
     }
 }
@@ -304,9 +306,14 @@ impl HandlerConnection {
         self.call(request, what).await
     }
 
-    /// Opens a TCP connection to `port` of the guest of the VMI `uid`.
-    pub async fn port_forward(&self, uid: &str, port: u16) -> Result<Upgraded, ApiError> {
-        let path = handler_path(uid, &format!("portforward/{port}"));
+    /// Opens a port-forward to `port` (`tcp` or `udp`) of the guest of the VMI `uid`.
+    pub async fn port_forward(
+        &self,
+        uid: &str,
+        port: u16,
+        protocol: &str,
+    ) -> Result<Upgraded, ApiError> {
+        let path = handler_path(uid, &format!("portforward/{port}/{protocol}"));
         self.upgrade(&path, PORT_FORWARD_UPGRADE, "port-forward")
             .await
     }

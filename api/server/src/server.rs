@@ -524,13 +524,14 @@ fn relay_websocket(
     mut request: Request<Incoming>,
     handshake: &Handshake,
     stream: hyper::upgrade::Upgraded,
+    framing: console::Framing,
     label: String,
 ) -> Response<Body> {
     let upgrade = hyper::upgrade::on(&mut request);
     tokio::spawn(async move {
         match upgrade.await {
             Ok(client) => {
-                let end = console::relay(TokioIo::new(client), TokioIo::new(stream)).await;
+                let end = console::relay(TokioIo::new(client), TokioIo::new(stream), framing).await;
                 log::info!("{label} closed: {end:?}");
             }
             Err(e) => log::warn!("{label}: upgrade failed: {e}"),
@@ -572,7 +573,13 @@ async fn open_console(
     vmi_actions::check_console(&vmi)?;
     let console = state.handlers.console(&vmi).await?;
     let label = format!("console of {namespace}/{name}");
-    Ok(relay_websocket(request, &handshake, console, label))
+    Ok(relay_websocket(
+        request,
+        &handshake,
+        console,
+        console::Framing::Bytes,
+        label,
+    ))
 }
 
 /// Checks the WebSocket handshake and the VMI, opens the VNC display at the handler, answers
@@ -589,12 +596,19 @@ async fn open_vnc(
     vmi_actions::check_vnc(&vmi)?;
     let vnc = state.handlers.vnc(&vmi).await?;
     let label = format!("VNC of {namespace}/{name}");
-    Ok(relay_websocket(request, &handshake, vnc, label))
+    Ok(relay_websocket(
+        request,
+        &handshake,
+        vnc,
+        console::Framing::Bytes,
+        label,
+    ))
 }
 
 /// A port-forward: the WebSocket's bytes are a TCP connection to `target.port` of the guest,
-/// which virt-handler makes from inside the launcher Pod's network namespace. A VM's
-/// port-forward goes to its VMI (of the same name).
+/// or its messages UDP datagrams to and from that port, which virt-handler sends from inside
+/// the launcher Pod's network namespace. A VM's port-forward goes to its VMI (of the same
+/// name).
 async fn open_port_forward(
     state: &ServerState,
     sub: &SubresourceRequest,
@@ -602,18 +616,24 @@ async fn open_port_forward(
     request: Request<Incoming>,
 ) -> Result<Response<Body>, ApiError> {
     let handshake = websocket_handshake(&request, "port-forward")?;
-    if target.protocol != "tcp" {
-        return Err(ApiError::bad_request(format!(
-            "port-forward over {}: only tcp is supported by ferrovirt",
-            target.protocol
-        )));
-    }
+    let framing = match target.protocol.as_str() {
+        "tcp" => console::Framing::Bytes,
+        "udp" => console::Framing::Datagrams,
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "port-forward over {other}: the protocol is tcp or udp"
+            )))
+        }
+    };
     let vmi = vmi_actions::load(&state.client, &sub.namespace, &sub.name).await?;
-    vmi_actions::check_port_forward(&vmi, target.port)?;
-    let stream = state.handlers.port_forward(&vmi, target.port).await?;
+    vmi_actions::check_port_forward(&vmi, target.port, &target.protocol)?;
+    let stream = state
+        .handlers
+        .port_forward(&vmi, target.port, &target.protocol)
+        .await?;
     let label = format!(
-        "port-forward to {}/{} port {}",
-        sub.namespace, sub.name, target.port
+        "port-forward to {}/{} port {}/{}",
+        sub.namespace, sub.name, target.port, target.protocol
     );
-    Ok(relay_websocket(request, &handshake, stream, label))
+    Ok(relay_websocket(request, &handshake, stream, framing, label))
 }

@@ -110,8 +110,13 @@ pub fn check_screenshot_query(query: Option<&str>) -> Result<(), ApiError> {
 }
 
 /// A port-forward needs a running VMI (KubeVirt's message), and reaches only the ports a
-/// masquerade interface declares when it declares some, as the Pod's NAT does in KubeVirt.
-pub fn check_port_forward(vmi: &VirtualMachineInstance, port: u16) -> Result<(), ApiError> {
+/// masquerade interface declares for its `protocol` (`tcp` or `udp`) when it declares some, as
+/// the Pod's NAT does in KubeVirt.
+pub fn check_port_forward(
+    vmi: &VirtualMachineInstance,
+    port: u16,
+    protocol: &str,
+) -> Result<(), ApiError> {
     if !is_running(vmi) {
         return Err(ApiError::conflict("VMI is not running"));
     }
@@ -122,28 +127,26 @@ pub fn check_port_forward(vmi: &VirtualMachineInstance, port: u16) -> Result<(),
     if interface.ports.is_empty() {
         return Ok(());
     }
-    let tcp = |p: &&api::domain::Port| {
-        p.protocol
-            .as_deref()
-            .is_none_or(|proto| proto.eq_ignore_ascii_case("TCP"))
+    let declared = |p: &api::domain::Port| {
+        i64::from(p.port) == i64::from(port)
+            && p.protocol
+                .as_deref()
+                .unwrap_or("TCP")
+                .eq_ignore_ascii_case(protocol)
     };
-    if interface
-        .ports
-        .iter()
-        .filter(tcp)
-        .any(|p| i64::from(p.port) == i64::from(port))
-    {
+    if interface.ports.iter().any(declared) {
         return Ok(());
     }
-    let declared: Vec<String> = interface
+    let ports: Vec<String> = interface
         .ports
         .iter()
         .map(|p| format!("{}/{}", p.port, p.protocol.as_deref().unwrap_or("TCP")))
         .collect();
     Err(ApiError::bad_request(format!(
-        "port {port}/TCP is not among the ports interface {} forwards ({})",
+        "port {port}/{} is not among the ports interface {} forwards ({})",
+        protocol.to_ascii_uppercase(),
         interface.name,
-        declared.join(", ")
+        ports.join(", ")
     )))
 }
 
@@ -294,22 +297,29 @@ mod tests {
     #[test]
     fn a_port_forward_reaches_the_declared_ports_only_when_some_are() {
         let mut running = vmi("Running", json!([]));
-        assert!(check_port_forward(&running, 22).is_ok());
+        assert!(check_port_forward(&running, 22, "tcp").is_ok());
+        assert!(check_port_forward(&running, 53, "udp").is_ok());
         running.spec.domain.devices.interfaces = serde_json::from_value(json!([
             {"name": "default", "masquerade": {}, "ports": [{"port": 80}, {"port": 53, "protocol": "UDP"}]}
         ]))
         .unwrap();
-        assert!(check_port_forward(&running, 80).is_ok());
-        let refused = check_port_forward(&running, 53).unwrap_err();
-        assert_eq!(refused.code, http::StatusCode::BAD_REQUEST);
-        assert!(
-            refused.message.contains("80/TCP, 53/UDP"),
-            "{}",
-            refused.message
-        );
+        assert!(check_port_forward(&running, 80, "tcp").is_ok());
+        assert!(check_port_forward(&running, 53, "udp").is_ok());
+        for (port, protocol) in [(53, "tcp"), (80, "udp")] {
+            let refused = check_port_forward(&running, port, protocol).unwrap_err();
+            assert_eq!(refused.code, http::StatusCode::BAD_REQUEST);
+            assert_eq!(
+                refused.message,
+                format!(
+                    "port {port}/{} is not among the ports interface default forwards \
+                     (80/TCP, 53/UDP)",
+                    protocol.to_ascii_uppercase()
+                )
+            );
+        }
         let stopped = vmi("Succeeded", json!([]));
         assert_eq!(
-            check_port_forward(&stopped, 80).unwrap_err().message,
+            check_port_forward(&stopped, 80, "tcp").unwrap_err().message,
             "VMI is not running"
         );
     }
