@@ -27,6 +27,7 @@ pub mod expand;
 pub mod goflags;
 pub mod migrate_cancel;
 pub mod portforward;
+pub mod portforward_udp;
 pub mod quantity;
 pub mod ssh;
 pub mod terminal;

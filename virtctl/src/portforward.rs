@@ -1,6 +1,7 @@
 //! `virtctl port-forward`: local TCP ports (or stdin and stdout with `--stdio`) joined to ports
 //! of a VMI's guest, each connection a WebSocket (`plain.kubevirt.io`) to the VMI's
 //! `portforward/{port}/tcp` subresource through kube-apiserver, as KubeVirt's virtctl does.
+//! UDP ports are forwarded by [`crate::portforward_udp`].
 //!
 //! Targets are KubeVirt's `TYPE/NAME[.NAMESPACE]` (`vmi/testvmi`, `vm/testvm.mynamespace`);
 //! ports `[PROTOCOL/]LOCAL[:REMOTE]` (`8080:80`, `tcp/2222:22`, `22`). Each accepted local
@@ -9,7 +10,7 @@
 
 use hyper_util::rt::TokioIo;
 use kube::Client;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UdpSocket};
 use virt_api::routes::{port_forward_path, Owner};
 
 use crate::websocket::{open_websocket, relay};
@@ -136,12 +137,26 @@ pub async fn listen(
     address: &str,
 ) -> Result<(), String> {
     let mut listeners = Vec::new();
+    let mut tasks = tokio::task::JoinSet::new();
     for port in ports {
-        if port.protocol != "tcp" {
-            return Err(format!(
-                "forwarding {}/{}: only tcp is supported by ferrovirt",
-                port.protocol, port.local
+        if port.protocol == "udp" {
+            let socket = UdpSocket::bind((address, port.local))
+                .await
+                .map_err(|e| format!("can't listen on {address}:{}/udp: {e}", port.local))?;
+            let local = socket
+                .local_addr()
+                .map_err(|e| format!("can't listen on {address}:{}/udp: {e}", port.local))?;
+            println!("Forwarding from {local} -> {}", port.remote);
+            let (client, namespace, target) =
+                (client.clone(), namespace.to_string(), target.clone());
+            tasks.spawn(crate::portforward_udp::forward(
+                client,
+                namespace,
+                target,
+                socket,
+                port.remote,
             ));
+            continue;
         }
         let listener = TcpListener::bind((address, port.local))
             .await
@@ -152,7 +167,6 @@ pub async fn listen(
         println!("Forwarding from {local} -> {}", port.remote);
         listeners.push((listener, port.clone()));
     }
-    let mut tasks = tokio::task::JoinSet::new();
     for (listener, port) in listeners {
         let (client, namespace, target) = (client.clone(), namespace.to_string(), target.clone());
         tasks.spawn(async move {
