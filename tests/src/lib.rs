@@ -10,6 +10,7 @@ pub mod cluster_lock;
 pub mod console;
 pub mod counter;
 pub mod faults;
+pub mod forward;
 pub mod metrics;
 pub mod migration;
 pub mod pty;

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use api::{VirtualMachine, VirtualMachineInstance};
 use ferrovirt_tests::console::ConsoleSession;
+use ferrovirt_tests::forward::{free_port, tcp_banner, udp_exchange, with_virtctl};
 use ferrovirt_tests::{boot_source, client, virtctl, wait_for, wait_running, TestNamespace};
 use kube::api::PostParams;
 use kube::Api;
@@ -36,6 +37,13 @@ const IMAGE: &str = "registry:5000/ferrovirt/debian-cloud-container-disk:latest"
 const BOOT: Duration = Duration::from_secs(600);
 const USER: &str = "fvuser";
 const PASSWORD: &str = "fv-Secret-42";
+/// The guest's UDP port [`UDP_SERVER`] answers on.
+const GUEST_UDP_PORT: u16 = 7777;
+/// Started over ssh: a UDP server that answers each datagram with `guest-got-` and the
+/// datagram reversed, so only the guest's answer matches.
+const UDP_SERVER: &str = "setsid python3 -c 'import socket; s = socket.socket(socket.AF_INET, \
+    socket.SOCK_DGRAM); s.bind((\"0.0.0.0\", 7777)); [s.sendto(b\"guest-got-\" + d[::-1], a) \
+    for d, a in iter(lambda: s.recvfrom(2048), None)]' </dev/null >/dev/null 2>&1 &";
 /// Printed by the userData's runcmd; the guest's shell computes it, so it shows only if it ran.
 const RUNCMD_MARKER: &str = "ferrovirt-runcmd-42";
 /// The userData: the user with a password (for the console) and `public_key` (for ssh).
@@ -278,7 +286,8 @@ async fn boot_and_log_in(
 
 /// The guest's sshd through virtctl: `virtctl port-forward` from a local port reaches it (its
 /// banner), `virtctl ssh` runs a command with the userData's key, `virtctl scp` copies a file
-/// there (read back with ssh). Returns what to print.
+/// there (read back with ssh); a `udp/` port-forward reaches a UDP server started over ssh.
+/// Returns what to print.
 async fn ssh_port_forward_and_scp(namespace: &str, vm: &str, key: &SshKey) -> String {
     let known_hosts = key._dir.path().join("known_hosts");
     let ssh_options = |args: &mut Vec<String>| {
@@ -351,85 +360,44 @@ async fn ssh_port_forward_and_scp(namespace: &str, vm: &str, key: &SshKey) -> St
     );
 
     // A local port: the banner sshd sends first comes through.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free local port")
-        .port();
-    let banner = port_forward_banner(namespace, vm, port)
+    let port = free_port("tcp");
+    let banner = tcp_banner(namespace, vm, port, 22)
         .unwrap_or_else(|e| panic!("virtctl port-forward vmi/{vm} {port}:22: {e}"));
     assert!(
         banner.starts_with("SSH-2.0-OpenSSH"),
         "port-forward reached sshd: {banner:?}"
     );
+
+    // A UDP server in the guest (python3, which cloud-init needs), started over ssh: a `udp/`
+    // port-forward carries each datagram to it and its answer back, one by one.
+    let mut args = vec!["ssh".to_string()];
+    ssh_options(&mut args);
+    args.extend([format!("{USER}@vmi/{vm}"), "-c".into(), UDP_SERVER.into()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = virtctl(namespace, &args);
+    assert_eq!(
+        out.code,
+        Some(0),
+        "starting the guest's UDP server: {out:?}"
+    );
+    let udp_port = free_port("udp");
+    let exchanges = [("ping-1", "guest-got-1-gnip"), ("two", "guest-got-owt")];
+    udp_exchange(
+        namespace,
+        vm,
+        (udp_port, GUEST_UDP_PORT),
+        &exchanges,
+        Duration::from_secs(120),
+    )
+    .unwrap_or_else(|e| {
+        panic!("virtctl port-forward vmi/{vm} udp/{udp_port}:{GUEST_UDP_PORT}: {e}")
+    });
     format!(
         "; virtctl ssh ran a command {:.1} s after the login, scp copied a file, port-forward \
-         {port}:22 showed {:?}",
+         {port}:22 showed {:?}, udp/{udp_port}:{GUEST_UDP_PORT} answered {exchanges:?}",
         to_ssh.as_secs_f64(),
         banner.trim()
     )
-}
-
-/// Runs `virtctl port-forward vmi/VM PORT:22` until it listens, connects to the local port and
-/// reads the first line the guest sends; stops virtctl.
-fn port_forward_banner(namespace: &str, vm: &str, port: u16) -> Result<String, String> {
-    use std::io::Read;
-    let target = format!("vmi/{vm}");
-    let ports = format!("{port}:22");
-    with_virtctl(namespace, &["port-forward", &target, &ports], |line| {
-        if !line.starts_with("Forwarding from 127.0.0.1:") {
-            return Err(format!("virtctl printed {line:?}"));
-        }
-        let mut stream =
-            std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
-        stream
-            .set_read_timeout(Some(Duration::from_secs(60)))
-            .map_err(|e| e.to_string())?;
-        let mut banner = Vec::new();
-        let mut byte = [0u8; 1];
-        while !banner.ends_with(b"\n") && banner.len() < 256 {
-            match stream.read(&mut byte) {
-                Ok(1) => banner.push(byte[0]),
-                Ok(_) => break,
-                Err(e) => return Err(format!("reading the banner: {e}")),
-            }
-        }
-        Ok(String::from_utf8_lossy(&banner).into_owned())
-    })
-}
-
-/// Runs virtctl with `args` in the background, gives the first line it prints to `client`, and
-/// stops it once `client` returns; an error gets virtctl's stderr.
-fn with_virtctl<T>(
-    namespace: &str,
-    args: &[&str],
-    client: impl FnOnce(String) -> Result<T, String>,
-) -> Result<T, String> {
-    use std::io::BufRead;
-    let mut child = std::process::Command::new(ferrovirt_tests::virtctl_binary())
-        .args(ferrovirt_tests::virtctl_args(namespace, args))
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("spawning virtctl: {e}"))?;
-    let result = child
-        .stdout
-        .take()
-        .ok_or_else(|| "no stdout".to_string())
-        .and_then(|stdout| {
-            let mut line = String::new();
-            std::io::BufReader::new(stdout)
-                .read_line(&mut line)
-                .map_err(|e| e.to_string())?;
-            client(line)
-        });
-    let _ = child.kill();
-    let output = child.wait_with_output().map_err(|e| e.to_string())?;
-    result.map_err(|e| {
-        format!(
-            "{e}; virtctl's stderr: {}",
-            String::from_utf8_lossy(&output.stderr)
-        )
-    })
 }
 
 /// The VM's screen through virtctl: `virtctl vnc screenshot -f FILE` writes a PNG of it (not
