@@ -196,6 +196,10 @@ pub struct VirtualMachineInstanceStatus {
     /// needs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStatus>,
+    /// The ControllerRevision of its VM's spec the VM controller recorded when it started this
+    /// VMI (`revision-start-vm-<VM UID>-<generation>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub virtual_machine_revision_name: Option<String>,
     #[serde(flatten)]
     pub other: Other,
 }
