@@ -5,4 +5,5 @@ mod pool_plan;
 mod replicaset_plan;
 mod vm_instancetype;
 mod vm_plan;
+mod vm_revision;
 mod vmi_plan;

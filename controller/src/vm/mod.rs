@@ -3,3 +3,4 @@
 pub mod instancetype;
 pub mod plan;
 pub mod reconcile;
+pub mod revision;

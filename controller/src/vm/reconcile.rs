@@ -6,12 +6,13 @@ use std::time::Duration;
 use api::condition::Condition;
 use api::{VirtualMachine, VirtualMachineInstance};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 
 use super::instancetype::{apply_to_vmi, expand, names_any, resolve, to_expand, Problem, Resolved};
 use super::plan::{plan, vmi_for, VmiAction};
+use super::revision;
 use crate::context::Context;
 use crate::Error;
 
@@ -110,22 +111,39 @@ pub async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Act
     match &plan.action {
         VmiAction::Nothing => {}
         VmiAction::Create => match new_vmi {
-            Some(new) => match vmis.create(&PostParams::default(), &new).await {
-                Ok(_) => {
-                    ctx.event(
-                        vm.as_ref(),
-                        false,
-                        "SuccessfulCreate",
-                        format!("created VMI {name}"),
-                    )
-                    .await
+            Some(new) => match revision::record(&ctx.client, &vm).await {
+                Err(message) => {
+                    ctx.event(vm.as_ref(), true, "FailedCreate", message).await;
+                    requeue = Duration::from_secs(5);
                 }
-                Err(kube::Error::Api(e)) if e.code == 409 => requeue = Duration::from_secs(1),
-                Err(e) => {
-                    ctx.event(vm.as_ref(), true, "FailedCreate", e.to_string())
+                Ok(revision) => match vmis.create(&PostParams::default(), &new).await {
+                    Ok(_) => {
+                        ctx.event(
+                            vm.as_ref(),
+                            false,
+                            "SuccessfulCreate",
+                            format!("created VMI {name}"),
+                        )
                         .await;
-                    return Err(e.into());
-                }
+                        // The status subresource drops what a create carries in status.
+                        let body = serde_json::json!({
+                            "status": {"virtualMachineRevisionName": revision}
+                        });
+                        let patch = Patch::Merge(&body);
+                        if let Err(e) = vmis
+                            .patch_status(&name, &PatchParams::default(), &patch)
+                            .await
+                        {
+                            log::warn!("VMI {namespace}/{name}: recording {revision}: {e}");
+                        }
+                    }
+                    Err(kube::Error::Api(e)) if e.code == 409 => requeue = Duration::from_secs(1),
+                    Err(e) => {
+                        ctx.event(vm.as_ref(), true, "FailedCreate", e.to_string())
+                            .await;
+                        return Err(e.into());
+                    }
+                },
             },
             None => {
                 ctx.event(
