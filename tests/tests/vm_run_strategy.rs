@@ -1,4 +1,5 @@
-//! VirtualMachine run strategies on the local cluster: Halted and Always start and stop the VMI,
+//! VirtualMachine run strategies on the local cluster: Halted and Always start and stop the VMI
+//! (each start recording the VM's spec in a ControllerRevision the VMI names),
 //! RerunOnFailure replaces a VMI whose launcher crashed (a Warning `Stopped` event on the crashed
 //! one, as KubeVirt records), and Once does not; `virtctl stop` and `start` on a RerunOnFailure
 //! VM stop and start it by requests and keep its strategy.
@@ -9,6 +10,7 @@ use api::{VirtualMachine, VirtualMachineInstance, VmiPhase};
 use ferrovirt_tests::{
     client, kill_launcher, set_run_strategy, tiny_vm, virtctl, wait_for, TestNamespace,
 };
+use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{ListParams, PostParams};
 use kube::Api;
@@ -57,16 +59,48 @@ async fn halted_and_always_start_and_stop() {
         "a Halted VM has no VMI"
     );
 
-    set_run_strategy(&vms, "vm1", "Always").await;
-    vmi_in_phase(&vmis, "vm1", VmiPhase::Running).await;
-    printable_status(&vms, "vm1", "Running").await;
+    let revisions: Api<ControllerRevision> = Api::namespaced(client.clone(), &namespace.name);
+    let mut earlier: Option<String> = None;
+    // Two starts: each records the VM's spec at its generation, and the second deletes the
+    // first's record.
+    for _ in 0..2 {
+        set_run_strategy(&vms, "vm1", "Always").await;
+        let vmi = vmi_in_phase(&vmis, "vm1", VmiPhase::Running).await;
+        printable_status(&vms, "vm1", "Running").await;
+        let vm = vms.get("vm1").await.expect("the VM");
+        let generation = vm.metadata.generation.expect("a generation");
+        let expected = format!(
+            "revision-start-vm-{}-{generation}",
+            vm.metadata.uid.as_deref().expect("a UID")
+        );
+        let named = vmi.status.and_then(|s| s.virtual_machine_revision_name);
+        assert_eq!(
+            named.as_deref(),
+            Some(expected.as_str()),
+            "the VMI's revision"
+        );
+        let revision = revisions.get(&expected).await.expect("the start revision");
+        assert_eq!(revision.revision, generation);
+        let data = revision.data.expect("revision data").0;
+        assert_eq!(
+            data["spec"],
+            serde_json::to_value(&vm.spec).expect("the VM's spec"),
+            "the revision holds the VM's spec"
+        );
+        if let Some(earlier) = earlier.replace(expected) {
+            assert!(
+                revisions.get_opt(&earlier).await.expect("get").is_none(),
+                "the first start's revision {earlier} is still there"
+            );
+        }
 
-    set_run_strategy(&vms, "vm1", "Halted").await;
-    wait_for("the VMI to be gone", START, || async {
-        vmis.get_opt("vm1").await.ok()?.is_none().then_some(())
-    })
-    .await;
-    printable_status(&vms, "vm1", "Stopped").await;
+        set_run_strategy(&vms, "vm1", "Halted").await;
+        wait_for("the VMI to be gone", START, || async {
+            vmis.get_opt("vm1").await.ok()?.is_none().then_some(())
+        })
+        .await;
+        printable_status(&vms, "vm1", "Stopped").await;
+    }
 }
 
 #[tokio::test]
