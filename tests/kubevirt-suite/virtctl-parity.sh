@@ -2,7 +2,8 @@
 # KubeVirt's virtctl and Ferrovirt's, side by side on the local cluster: the same commands on
 # the same VM state must give the same exit code, and where KubeVirt's names the object in its
 # error, ours must too. Each state-changing command is run once through each virtctl (start
-# with one, stop with the other, ...), and the VM's state is checked after it.
+# with one, stop with the other, ...), and the VM's state is checked after it; a port-forward
+# through each reaches a server in the guest.
 #
 # Usage: tests/kubevirt-suite/virtctl-parity.sh KUBEVIRT_VIRTCTL FERROVIRT_VIRTCTL
 # Exit status: 0 when every comparison held, 1 otherwise.
@@ -115,6 +116,29 @@ step() {
   [[ $verdict == ok ]] || sed 's/^/             /' "$work/$which.out" | head -n 3
 }
 
+# forward WHICH LOCAL-PORT: that virtctl's `port-forward vmi/VM LOCAL-PORT:8080` in the
+# background, where the guest's userData serves one line computed by its shell; the line must
+# come through the local port within 90 s.
+forward() {
+  local which=$1 port=$2 bin=$kv who=kubevirt got="" verdict=ok
+  [[ $which == fv ]] && { bin=$fv; who=ferrovirt; }
+  "$bin" --kubeconfig "$ADMIN_KUBECONFIG" -n "$ns" port-forward "vmi/$vm" "$port:8080" \
+    >"$work/$which.out" 2>&1 &
+  local pid=$! deadline=$((SECONDS + 90))
+  while ((SECONDS < deadline)); do
+    # shellcheck disable=SC2016 # $0 is the port, expanded by the inner shell
+    got=$(timeout 5 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$0" && head -n 1 <&3' "$port" 2>/dev/null)
+    [[ $got == parity-answer-42 ]] && break
+    sleep 1
+  done
+  kill "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  checks=$((checks + 1))
+  [[ $got == parity-answer-42 ]] || { verdict="NOT REACHED (got ${got:-nothing})"; failures=$((failures + 1)); }
+  printf '%-10s %s virtctl port-forward vmi/%s %s:8080 -> the guest answered\n' "$verdict" "$who" "$vm" "$port"
+  [[ $verdict == ok ]] || sed 's/^/             /' "$work/$which.out" | head -n 3
+}
+
 kubectl_admin delete namespace "$ns" --ignore-not-found --wait=true --timeout=120s >/dev/null
 kubectl_admin create namespace "$ns" >/dev/null
 disk=$(kubectl_admin get vm vm-cirros -n default -o jsonpath='{.spec.template.spec.volumes[0].containerDisk.image}' 2>/dev/null)
@@ -133,12 +157,21 @@ spec:
           disks:
           - name: containerdisk
             disk: {bus: virtio}
+          - name: cloudinitdisk
+            disk: {bus: virtio}
         resources:
           requests: {memory: 128Mi}
       terminationGracePeriodSeconds: 5
       volumes:
       - name: containerdisk
         containerDisk: {image: $disk}
+      - name: cloudinitdisk
+        cloudInitNoCloud:
+          userData: |
+            #!/bin/sh
+            printf '#!/bin/sh\necho parity-answer-\$((6 * 7))\n' >/tmp/answer
+            chmod +x /tmp/answer
+            nc -ll -p 8080 -e /tmp/answer &
 EOF
 
 # Nothing of that name.
@@ -172,6 +205,9 @@ same unpause vm "$vm"
 # Through one, then the other.
 step kv Running start "$vm"
 same start "$vm"
+# A TCP port of the guest, through each.
+forward kv 18080
+forward fv 18081
 step fv Paused pause vm "$vm"
 same pause vm "$vm"
 step kv Running unpause vm "$vm"
