@@ -147,12 +147,10 @@ pub async fn listen(
                 .local_addr()
                 .map_err(|e| format!("can't listen on {address}:{}/udp: {e}", port.local))?;
             println!("Forwarding from {local} -> {}", port.remote);
-            let (client, namespace, target) =
-                (client.clone(), namespace.to_string(), target.clone());
+            let path = port_forward_path(namespace, target.owner, &target.name, port.remote, "udp");
             tasks.spawn(crate::portforward_udp::forward(
-                client,
-                namespace,
-                target,
+                client.clone(),
+                path,
                 socket,
                 port.remote,
             ));

@@ -17,7 +17,6 @@ use virt_api::websocket::{
     read_frame, write_frame, OP_BINARY, OP_CLOSE, OP_CONTINUATION, OP_PING, OP_PONG, OP_TEXT,
 };
 
-use crate::portforward::Target;
 use crate::websocket::{masks, open_websocket, seed};
 
 /// The largest UDP datagram.
@@ -30,14 +29,9 @@ const QUEUE: usize = 256;
 /// What goes out on one sender's WebSocket: a frame's opcode and payload.
 type Outgoing = (u8, Vec<u8>);
 
-/// Forwards what arrives at `socket` to `remote` of the target's guest; runs until killed.
-pub async fn forward(
-    client: Client,
-    namespace: String,
-    target: Target,
-    socket: UdpSocket,
-    remote: u16,
-) {
+/// Forwards what arrives at `socket` to the guest's UDP port `remote`, whose port-forward
+/// subresource is at `path`; runs until killed.
+pub async fn forward(client: Client, path: String, socket: UdpSocket, remote: u16) {
     let socket = Arc::new(socket);
     let mut senders: HashMap<SocketAddr, mpsc::Sender<Outgoing>> = HashMap::new();
     let mut buf = vec![0u8; MAX_DATAGRAM];
@@ -58,16 +52,9 @@ pub async fn forward(
         let (tx, rx) = mpsc::channel(QUEUE);
         let _ = tx.try_send(datagram);
         senders.insert(peer, tx.clone());
-        let path = virt_api::routes::port_forward_path(
-            &namespace,
-            target.owner,
-            &target.name,
-            remote,
-            "udp",
-        );
         let session = Session {
             client: client.clone(),
-            path,
+            path: path.clone(),
             socket: socket.clone(),
             peer,
         };
