@@ -11,10 +11,10 @@ use api::instancetype::{
 };
 use api::{VirtualMachine, VirtualMachineInstance};
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kube::api::{Api, PostParams};
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, ResourceExt};
 
 /// Why the VM cannot start now: the reason and message of its `Failure` condition.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -180,14 +180,7 @@ async fn store(
             name: Some(name.clone()),
             namespace: Some(namespace),
             labels: Some(revision_labels(kind, object)),
-            owner_references: Some(vec![OwnerReference {
-                api_version: VirtualMachine::api_version(&()).into_owned(),
-                kind: VirtualMachine::kind(&()).into_owned(),
-                name: vm.name_any(),
-                uid: vm.uid().unwrap_or_default(),
-                controller: Some(true),
-                block_owner_deletion: Some(true),
-            }]),
+            owner_references: Some(vec![super::controller_ref(vm)]),
             ..ObjectMeta::default()
         },
         data: Some(RawExtension(revision_data(kind, object))),

@@ -5,10 +5,10 @@
 
 use api::VirtualMachine;
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kube::api::{Api, ListParams, PostParams};
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, ResourceExt};
 
 /// What every start revision of the VM with `uid` is named with.
 fn prefix(uid: &str) -> String {
@@ -28,14 +28,7 @@ pub fn revision(vm: &VirtualMachine) -> Result<ControllerRevision, serde_json::E
         metadata: ObjectMeta {
             name: Some(name(vm)),
             namespace: vm.namespace(),
-            owner_references: Some(vec![OwnerReference {
-                api_version: VirtualMachine::api_version(&()).into_owned(),
-                kind: VirtualMachine::kind(&()).into_owned(),
-                name: vm.name_any(),
-                uid: vm.uid().unwrap_or_default(),
-                controller: Some(true),
-                block_owner_deletion: Some(true),
-            }]),
+            owner_references: Some(vec![super::controller_ref(vm)]),
             ..ObjectMeta::default()
         },
         data: Some(RawExtension(data)),
