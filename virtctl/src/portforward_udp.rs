@@ -13,6 +13,7 @@ use hyper_util::rt::TokioIo;
 use kube::Client;
 use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TrySendError;
 use virt_api::websocket::{
     read_frame, write_frame, OP_BINARY, OP_CLOSE, OP_CONTINUATION, OP_PING, OP_PONG, OP_TEXT,
 };
@@ -44,10 +45,13 @@ pub async fn forward(client: Client, path: String, socket: UdpSocket, remote: u1
             }
         };
         let datagram = (OP_BINARY, buf[..n].to_vec());
-        let datagram = match senders.get(&peer).map(|tx| tx.try_send(datagram)) {
-            None => (OP_BINARY, buf[..n].to_vec()),
-            Some(Ok(())) | Some(Err(mpsc::error::TrySendError::Full(_))) => continue,
-            Some(Err(mpsc::error::TrySendError::Closed(datagram))) => datagram,
+        let datagram = match senders.get(&peer) {
+            Some(tx) => match tx.try_send(datagram) {
+                Ok(()) | Err(TrySendError::Full(_)) => continue,
+                // Its WebSocket ended: a new one.
+                Err(TrySendError::Closed(datagram)) => datagram,
+            },
+            None => datagram,
         };
         let (tx, rx) = mpsc::channel(QUEUE);
         let _ = tx.try_send(datagram);
