@@ -30,23 +30,27 @@ fail() { echo "kubevirt-suite: $*" >&2; exit 2; }
 [[ -r $list ]] || fail "$list: no spec list"
 [[ -r $ADMIN_KUBECONFIG ]] || fail "no local cluster ($ADMIN_KUBECONFIG is missing): run hack/up.sh first"
 
-# unpack NAME: the binary, unpacked once per content into the cache.
+# unpack NAME: the binary, unpacked once per content (its .xz's SHA-256) into the cache; the
+# copies unpacked from other contents of NAME are removed.
 bins=$CACHE_DIR/kubevirt-suite
 unpack() {
-  local name=$1 src key
+  local name=$1 src key old
   if [[ -x $kv_dir/$name ]]; then
     echo "$kv_dir/$name"
     return
   fi
   src=$kv_dir/$name.xz
   [[ -r $src ]] || fail "$kv_dir has neither $name nor $name.xz"
-  key=$(stat -c '%s-%Y' "$src")
+  key=$name-$(sha256sum "$src" | cut -c1-16)
   if [[ ! -x $bins/$key/$name ]]; then
     mkdir -p "$bins/$key"
     xz -dc "$src" >"$bins/$key/$name.tmp" || fail "cannot unpack $src"
     chmod +x "$bins/$key/$name.tmp"
     mv "$bins/$key/$name.tmp" "$bins/$key/$name"
   fi
+  for old in "$bins"/*/"$name"; do
+    [[ $old == "$bins/$key/$name" ]] || rm -rf "$(dirname "$old")"
+  done
   echo "$bins/$key/$name"
 }
 suite=$(unpack tests.test)
