@@ -1,4 +1,5 @@
 use super::*;
+use vmm::config::VmConfig;
 
 #[test]
 fn a_block_io_error_names_the_disk_and_why() {
