@@ -20,7 +20,12 @@
 //! - [`PRIVATE_DIR`], [`PVC_DISK_DIR`]`/<volume>/disk.img`: persistentVolumeClaim volumes
 //!   (KubeVirt's layout);
 //! - [`EPHEMERAL_DISK_DIR`]: where the launcher writes containerDisk copies, emptyDisks and
-//!   cloud-init seeds (`<volume>.img`), in the container's own writable layer.
+//!   cloud-init seeds (`<volume>.img`), and [`LAUNCHER_RUN_DIR`], the VMM's and QEMU's own
+//!   sockets and files: emptyDirs, which a launcher that is not root can write (the image's
+//!   directories are root's).
+//!
+//! The launcher runs as [`LAUNCHER_USER_ID`], KubeVirt's non-root user, unless the KubeVirt CR
+//! enables the `Root` feature gate.
 
 /// virt-handler's run directory on the node.
 pub const HOST_RUN_DIR: &str = "/var/run/kubevirt";
@@ -54,6 +59,12 @@ pub const PRIVATE_DIR: &str = "/var/run/kubevirt-private";
 pub const PVC_DISK_DIR: &str = "/var/run/kubevirt-private/vmi-disks";
 /// Where the launcher writes the disks it makes: `<this>/<volume name>.img`.
 pub const EPHEMERAL_DISK_DIR: &str = "/var/run/kubevirt-ephemeral-disks";
+/// The launcher's private run directory: the VMM's and QEMU's sockets (QMP, serial, agent),
+/// OVMF's variable store.
+pub const LAUNCHER_RUN_DIR: &str = "/var/run/ferrovirt";
+/// The user (and group) the launcher runs as: KubeVirt's `qemu` user of its non-root
+/// launcher, so that images and PVCs prepared for KubeVirt (owned by 107) work unchanged.
+pub const LAUNCHER_USER_ID: u32 = 107;
 
 /// The path, as the launcher sees it, of socket `name` of its socket directory (what the
 /// handler names in `SyncOptions.notify_socket` and `MigrateRequest.socket`).

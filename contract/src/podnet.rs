@@ -18,6 +18,10 @@ pub const TAP_DEVICE: &str = "tap0";
 pub const DEFAULT_CIDR: &str = "10.0.2.0/24";
 /// The sysctl of IPv4 forwarding, per network namespace.
 pub const IP_FORWARD_SYSCTL: &str = "net.ipv4.ip_forward";
+/// The sysctl of the lowest port a user other than root may bind, per network namespace.
+pub const UNPRIVILEGED_PORT_SYSCTL: &str = "net.ipv4.ip_unprivileged_port_start";
+/// The port the launcher's DHCP responder binds.
+pub const DHCP_SERVER_PORT: u16 = 67;
 
 /// Why no plan could be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -2,9 +2,12 @@
 //! launcher starts ([`confine_child`]), and the whole launcher process once its VM runs
 //! ([`drop_process`]).
 //!
-//! The launcher runs as root with what its setup takes: the tap, NAT and DHCP of the pod
-//! network, QEMU's tap. Once the VM runs it needs none of that again, but for the tap itself
-//! (`CAP_NET_ADMIN`): a QEMU started again, or a new domain after a final one, opens it by name.
+//! On a cluster the launcher runs as KubeVirt's non-root user 107 and holds no capability at
+//! all (virt-handler prepares what takes one), so there is nothing to give up. As root (the
+//! `Root` feature gate, or outside a cluster) it holds what its setup takes: the tap, NAT and
+//! DHCP of the pod network, QEMU's tap. Once the VM runs it needs none of that again, but for
+//! the tap itself (`CAP_NET_ADMIN`): a QEMU started again, or a new domain after a final one,
+//! opens it by name.
 //!
 //! Capabilities belong to threads in Linux, and `capset(2)` changes only the caller's, so
 //! [`drop_process`] does what libcap's psx does: it signals every thread of the process that

@@ -24,7 +24,7 @@ struct Flags {
     #[arg(long, default_value = layout::LAUNCHER_SOCKET_DIR)]
     socket_dir: PathBuf,
     /// Private directory for the VMM's own sockets (QMP, serial).
-    #[arg(long, default_value = "/var/run/ferrovirt")]
+    #[arg(long, default_value = layout::LAUNCHER_RUN_DIR)]
     run_dir: PathBuf,
     /// Where containerDisk volume NAME is mounted: DIR/NAME/.
     #[arg(long, default_value = layout::CONTAINER_DISK_DIR)]

@@ -122,7 +122,7 @@ pub(crate) fn test_facts() -> HostFacts {
         no_os_disk_boots_kernel: false,
         tap_device: "tap0".into(),
         socket_dir: contract::layout::LAUNCHER_SOCKET_DIR.into(),
-        run_dir: "/var/run/ferrovirt".into(),
+        run_dir: contract::layout::LAUNCHER_RUN_DIR.into(),
         ovmf_dir: "/usr/share/OVMF".into(),
         boot: BootDiscovery::NotLooked,
     }

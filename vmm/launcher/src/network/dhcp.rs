@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-const SERVER_PORT: u16 = 67;
+const SERVER_PORT: u16 = contract::podnet::DHCP_SERVER_PORT;
 const CLIENT_PORT: u16 = 68;
 const MAGIC_COOKIE: [u8; 4] = [99, 130, 83, 99];
 const LEASE_SECONDS: u32 = 86_400;
