@@ -9,6 +9,7 @@ pub mod metrics;
 pub mod migration;
 pub mod node;
 pub mod notify;
+pub mod ownership;
 pub mod podnet;
 pub mod run;
 pub mod server;

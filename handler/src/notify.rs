@@ -65,6 +65,7 @@ impl NotifyServers {
         }
         let _ = std::fs::remove_file(&socket);
         let listener = tokio::net::UnixListener::bind(&socket)?;
+        crate::sockets::hand_to_launcher(&socket)?;
         let service = NotifyServer::new(Listener {
             object,
             events: self.events.clone(),

@@ -6,8 +6,9 @@
 //! The launcher is found by its socket: `SO_PEERCRED` of a connection to it gives its PID on
 //! the host (virt-handler runs with `hostPID`) and its user, who owns the tap. The commands run
 //! through `nsenter` (busybox's, in virt-handler's image): `ip` and `iptables` are the launcher
-//! image's, in the launcher's mount and network namespaces; forwarding is the sysctl of the
-//! launcher's network namespace, written through virt-handler's own `/proc` (a Pod's is
+//! image's, in the launcher's mount and network namespaces; forwarding (and, for a launcher
+//! that is not root, the lowest port its user may bind, so that it binds DHCP's) are sysctls of
+//! the launcher's network namespace, written through virt-handler's own `/proc` (a Pod's is
 //! read-only).
 
 use std::os::unix::net::UnixStream;
@@ -15,7 +16,8 @@ use std::path::{Path, PathBuf};
 
 use api::VirtualMachineInstance;
 use contract::podnet::{
-    self, CommandError, MasqueradePlan, PlanError, IP_FORWARD_SYSCTL, TAP_DEVICE,
+    self, CommandError, MasqueradePlan, PlanError, DHCP_SERVER_PORT, IP_FORWARD_SYSCTL, TAP_DEVICE,
+    UNPRIVILEGED_PORT_SYSCTL,
 };
 use kube::ResourceExt;
 
@@ -54,14 +56,19 @@ pub fn in_namespaces(pid: u32, mount: bool, command: &[String]) -> Vec<String> {
     line
 }
 
-/// Every command that prepares `plan` in the namespaces of launcher `pid` run by `uid`.
+/// Every command that prepares `plan` in the namespaces of launcher `pid` run by `uid`. A
+/// launcher that is not root may bind DHCP's port there: ports from it up are no longer
+/// reserved to root in the Pod's network namespace (as KubeVirt's non-root launcher Pod asks
+/// with the safe sysctl; virt-handler sets it, so the Pod asks for none).
 pub fn prepare_commands(plan: &MasqueradePlan, pid: u32, uid: u32) -> Vec<Vec<String>> {
-    let forwarding = vec![
-        "sysctl".to_string(),
-        "-w".into(),
-        format!("{IP_FORWARD_SYSCTL}=1"),
-    ];
-    std::iter::once(in_namespaces(pid, false, &forwarding))
+    let sysctl = |setting: String| {
+        let command = ["sysctl".to_string(), "-w".into(), setting];
+        in_namespaces(pid, false, &command)
+    };
+    let ports =
+        (uid != 0).then(|| sysctl(format!("{UNPRIVILEGED_PORT_SYSCTL}={DHCP_SERVER_PORT}")));
+    std::iter::once(sysctl(format!("{IP_FORWARD_SYSCTL}=1")))
+        .chain(ports)
         .chain(
             plan.setup_commands(Some(uid))
                 .iter()
@@ -145,12 +152,22 @@ mod tests {
         );
         assert_eq!(
             lines[1],
+            "nsenter -t 4242 -n -- sysctl -w net.ipv4.ip_unprivileged_port_start=67"
+        );
+        assert_eq!(
+            lines[2],
             "nsenter -t 4242 -n -m -- ip tuntap add dev tap0 mode tap user 107"
         );
-        assert_eq!(lines.len(), 1 + plan.setup_commands(None).len());
-        assert!(lines[1..]
+        assert_eq!(lines.len(), 2 + plan.setup_commands(None).len());
+        assert!(lines[2..]
             .iter()
             .all(|l| l.starts_with("nsenter -t 4242 -n -m -- ")));
+        // A root launcher binds port 67 anyway.
+        let as_root = prepare_commands(&plan, 4242, 0);
+        assert_eq!(as_root.len(), 1 + plan.setup_commands(None).len());
+        assert!(as_root
+            .iter()
+            .all(|c| !c.join(" ").contains(UNPRIVILEGED_PORT_SYSCTL)));
     }
 
     #[test]

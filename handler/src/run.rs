@@ -100,9 +100,10 @@ fn error_policy(
         return Action::requeue(Duration::from_millis(200));
     }
     log::warn!(
-        "{}/{}: {error}",
+        "{}/{}: {}",
         vmi.namespace().unwrap_or_default(),
-        vmi.name_any()
+        vmi.name_any(),
+        crate::error_chain(error)
     );
     Action::requeue(Duration::from_secs(3))
 }

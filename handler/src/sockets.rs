@@ -144,6 +144,17 @@ pub async fn sweep_forever(socket_root: PathBuf) {
     }
 }
 
+/// Gives socket `path`, which virt-handler serves in a launcher's socket directory for the
+/// launcher to connect to (notify, migration), to the owner of the launcher's own socket there:
+/// a launcher that is not root may connect only to a socket it can write. The socket is never
+/// followed if it is a symlink.
+pub fn hand_to_launcher(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let launcher = std::fs::symlink_metadata(dir.join(LAUNCHER_SOCKET))?;
+    std::os::unix::fs::lchown(path, Some(launcher.uid()), Some(launcher.gid()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,5 +283,28 @@ mod tests {
         assert!(legacy.is_dir(), "an earlier release's directory stays");
         assert!(std::fs::symlink_metadata(node.sockets.join("vmi-2")).is_err());
         assert_eq!(sweep(&node.sockets).unwrap(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_socket_served_for_the_launcher_becomes_its_users() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let launcher = dir.path().join(LAUNCHER_SOCKET);
+        std::fs::write(&launcher, "").unwrap();
+        if rustix::process::geteuid().is_root() {
+            let id = contract::layout::LAUNCHER_USER_ID;
+            std::os::unix::fs::chown(&launcher, Some(id), Some(id)).unwrap();
+        }
+        let served = dir.path().join("handler-notify");
+        let _listener = std::os::unix::net::UnixListener::bind(&served).unwrap();
+        hand_to_launcher(&served).unwrap();
+        let (want, got) = (
+            std::fs::metadata(&launcher).unwrap(),
+            std::fs::symlink_metadata(&served).unwrap(),
+        );
+        assert_eq!((got.uid(), got.gid()), (want.uid(), want.gid()));
+        // No launcher socket: nobody to give it to.
+        std::fs::remove_file(&launcher).unwrap();
+        assert!(hand_to_launcher(&served).is_err());
     }
 }

@@ -334,6 +334,11 @@ async fn prepare_target(
         .await
         .map_err(Some)?;
     if existing.domain.is_none() {
+        let (pid, uid) = crate::podnet::launcher_process(&socket)
+            .map_err(|e| Some(format!("the target's launcher: {}", chain(&e))))?;
+        crate::ownership::claim_blocking(vmi, pid, uid)
+            .await
+            .map_err(|e| Some(format!("the target's launcher: {}", chain(&e))))?;
         crate::podnet::prepare_blocking(vmi, &socket)
             .await
             .map_err(|e| Some(format!("the target's pod network: {}", chain(&e))))?;
@@ -429,6 +434,12 @@ async fn start_source(
     let _ = std::fs::remove_file(&relay_path);
     let listener = tokio::net::UnixListener::bind(&relay_path)
         .map_err(|e| format!("cannot listen on {}: {e}", relay_path.display()))?;
+    crate::sockets::hand_to_launcher(&relay_path).map_err(|e| {
+        format!(
+            "cannot give {} to the launcher's user: {e}",
+            relay_path.display()
+        )
+    })?;
     let relay = tokio::spawn(proxy::relay_source(listener, Arc::new(tls), target));
     let config = ctx.migration_config(vmi);
     let request = MigrateRequest {

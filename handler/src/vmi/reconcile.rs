@@ -28,6 +28,7 @@ use kube::{Api, Client, ResourceExt};
 
 use super::status::{status_after_sync_failure, status_from_domain, Observed};
 use crate::notify::NotifyServers;
+use crate::ownership::OwnershipError;
 
 /// How long one call to a launcher may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -59,8 +60,19 @@ pub enum SyncError {
     Version(Vec<String>),
     #[error("preparing the pod network")]
     PodNetwork(#[from] crate::podnet::PodNetError),
+    #[error("handing the launcher's devices and disks to its user")]
+    Ownership(#[from] OwnershipError),
     #[error("serving the notify socket")]
     Notify(#[source] std::io::Error),
+}
+
+/// What the launcher cannot do itself before it runs the VMI: its devices and PVC disks handed
+/// to its user (when it is not root), then its pod network.
+async fn prepare_launcher(vmi: &VirtualMachineInstance, socket: &Path) -> Result<(), SyncError> {
+    let (pid, uid) = crate::podnet::launcher_process(socket)?;
+    crate::ownership::claim_blocking(vmi, pid, uid).await?;
+    crate::podnet::prepare_blocking(vmi, socket).await?;
+    Ok(())
 }
 
 impl HandlerContext {
@@ -147,7 +159,6 @@ pub async fn reconcile(
     let vmis: Api<VirtualMachineInstance> = Api::namespaced(ctx.client.clone(), &namespace);
     let mut domain = call(client.get_domain(GetDomainRequest {})).await?.domain;
     if domain.is_none() {
-        crate::podnet::prepare_blocking(&vmi, &socket).await?;
         let request = SyncVmiRequest {
             vmi_json: serde_json::to_vec(vmi.as_ref())
                 .map_err(|e| tonic::Status::internal(e.to_string()))?,
@@ -156,7 +167,11 @@ pub async fn reconcile(
                 notify_socket: in_launcher_socket_dir(NOTIFY_SOCKET),
             }),
         };
-        match call(client.sync_vmi(request)).await {
+        let synced = match prepare_launcher(&vmi, &socket).await {
+            Ok(()) => call(client.sync_vmi(request)).await,
+            Err(e) => Err(e),
+        };
+        match synced {
             Ok(response) => domain = response.domain,
             Err(e) => {
                 // Say why on the VMI. A VMI the launcher can never run fails with the reason;
@@ -166,7 +181,12 @@ pub async fn reconcile(
                         status.code() == tonic::Code::InvalidArgument,
                         status.message().to_string(),
                     ),
-                    other => (false, other.to_string()),
+                    // A PVC's disk.img that is a symlink, a /dev/kvm that is no device: what
+                    // the volume or the image holds does not change by trying again.
+                    SyncError::Ownership(OwnershipError::Kind { .. }) => {
+                        (true, crate::error_chain(&e))
+                    }
+                    other => (false, crate::error_chain(other)),
                 };
                 let mut failed = (*vmi).clone();
                 failed.status = Some(status_after_sync_failure(
