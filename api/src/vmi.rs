@@ -190,6 +190,10 @@ pub struct VirtualMachineInstanceStatus {
     pub launcher_container_image_version: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub qos_class: Option<String>,
+    /// The user the launcher runs as: 107, KubeVirt's non-root user, or 0 with the `Root`
+    /// feature gate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_user: Option<u64>,
     #[serde(rename = "VSOCKCID", default, skip_serializing_if = "Option::is_none")]
     pub vsock_cid: Option<u32>,
     /// The guest's memory as the VM runs it (what the VMI asked, rounded up to what the backend

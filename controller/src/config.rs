@@ -4,6 +4,9 @@
 use api::kubevirt::MigrationConfiguration;
 use api::KubeVirt;
 
+/// KubeVirt's feature gate that runs launchers as root.
+pub const ROOT_FEATURE_GATE: &str = "Root";
+
 /// Cluster-wide settings for rendering launcher Pods.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClusterConfig {
@@ -29,6 +32,9 @@ pub struct ClusterConfig {
     /// `spec.configuration.instancetype.referencePolicy`: `reference`, `expand` or
     /// `expandAll`.
     pub instancetype_reference_policy: String,
+    /// KubeVirt's `Root` feature gate: launchers run as root instead of the non-root user
+    /// `contract::layout::LAUNCHER_USER_ID`.
+    pub root_launcher: bool,
 }
 
 impl Default for ClusterConfig {
@@ -46,6 +52,7 @@ impl Default for ClusterConfig {
             parallel_outbound_migrations_per_node:
                 MigrationConfiguration::PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE as usize,
             instancetype_reference_policy: "reference".into(),
+            root_launcher: false,
         }
     }
 }
@@ -79,6 +86,12 @@ impl ClusterConfig {
             .and_then(|c| c.instancetype.as_ref())
             .and_then(|i| i.reference_policy.clone())
             .unwrap_or_else(|| "reference".into());
+        self.root_launcher = kv
+            .spec
+            .configuration
+            .as_ref()
+            .and_then(|c| c.developer_configuration.as_ref())
+            .is_some_and(|d| d.feature_gates.iter().any(|g| g == ROOT_FEATURE_GATE));
         let migrations = MigrationConfiguration::of(Some(kv));
         self.parallel_migrations_per_cluster = migrations.per_cluster();
         self.parallel_outbound_migrations_per_node = migrations.outbound_per_node();

@@ -11,7 +11,8 @@
 //! - container `compute` runs virt-launcher with the VMI's memory (as the VM boots with it:
 //!   [`boot_memory_bytes`]) plus overhead, the
 //!   `devices.kubevirt.io/kvm` and `devices.kubevirt.io/tun` device-plugin resources, and the
-//!   socket directory shared with virt-handler through a hostPath.
+//!   socket directory that virt-handler reaches through the kubelet's directory;
+//! - every container runs as KubeVirt's non-root user 107 ([`pod_security`]).
 
 use std::collections::BTreeMap;
 
@@ -19,14 +20,15 @@ use api::domain::KernelBootContainer;
 use api::quantity;
 use api::VirtualMachineInstance;
 use contract::layout::{
-    CONTAINER_DISK_DIR, KERNEL_BOOT_DIR, LAUNCHER_SOCKET_DIR, PRIVATE_DIR, PVC_DISK_DIR,
-    SOCKETS_VOLUME,
+    CONTAINER_DISK_DIR, EPHEMERAL_DISK_DIR, KERNEL_BOOT_DIR, LAUNCHER_RUN_DIR, LAUNCHER_SOCKET_DIR,
+    LAUNCHER_USER_ID, PRIVATE_DIR, PVC_DISK_DIR, SOCKETS_VOLUME,
 };
 use contract::{annotations, labels, resources};
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, Container, EmptyDirVolumeSource, NodeAffinity, NodeSelectorRequirement,
-    NodeSelectorTerm, PersistentVolumeClaimVolumeSource, Pod, PodSpec, PreferredSchedulingTerm,
-    ResourceRequirements, SecurityContext, Volume, VolumeMount,
+    NodeSelectorTerm, PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec,
+    PreferredSchedulingTerm, ResourceRequirements, SeccompProfile, SecurityContext, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -105,11 +107,17 @@ pub fn render_launcher_pod(
         empty_dir_volume("private"),
         empty_dir_volume("container-disk-binary"),
         empty_dir_volume("container-disks"),
+        // What the launcher writes: its disks and its run directory (the image's directories
+        // are root's, and the launcher is not).
+        empty_dir_volume("ephemeral-disks"),
+        empty_dir_volume("runtime"),
     ];
     let mut compute_mounts = vec![
         mount(SOCKETS_VOLUME, LAUNCHER_SOCKET_DIR, false),
         mount("private", PRIVATE_DIR, false),
         mount("container-disks", CONTAINER_DISK_DIR, false),
+        mount("ephemeral-disks", EPHEMERAL_DISK_DIR, false),
+        mount("runtime", LAUNCHER_RUN_DIR, false),
     ];
 
     let mut init_containers = vec![Container {
@@ -124,6 +132,7 @@ pub fn render_launcher_pod(
         ]),
         volume_mounts: Some(vec![mount("container-disk-binary", BUSYBOX_DIR, false)]),
         resources: Some(small_resources()),
+        security_context: init_security(cfg),
         ..Container::default()
     }];
     for volume in &vmi.spec.volumes {
@@ -141,6 +150,7 @@ pub fn render_launcher_pod(
                 ],
                 "container-disks",
                 CONTAINER_DISK_DIR,
+                cfg,
             ));
         }
         if let Some(pvc) = &volume.persistent_volume_claim {
@@ -179,6 +189,7 @@ pub fn render_launcher_pod(
             script,
             "kernel-boot",
             KERNEL_BOOT_DIR,
+            cfg,
         ));
     }
 
@@ -240,18 +251,7 @@ pub fn render_launcher_pod(
             limits: Some(limits),
             ..ResourceRequirements::default()
         }),
-        security_context: Some(SecurityContext {
-            capabilities: Some(Capabilities {
-                // virt-handler makes the tap (owned by the launcher's user), the gateway
-                // address, forwarding and NAT in this Pod's network namespace
-                // (contract::podnet): the launcher needs no CAP_NET_ADMIN, and no raw socket
-                // (its DHCP responder is a UDP socket on port 67: CAP_NET_BIND_SERVICE, which
-                // every container has).
-                add: None,
-                drop: Some(vec!["NET_RAW".into()]),
-            }),
-            ..SecurityContext::default()
-        }),
+        security_context: Some(compute_security(cfg)),
         volume_mounts: Some(compute_mounts),
         ..Container::default()
     };
@@ -279,6 +279,7 @@ pub fn render_launcher_pod(
             restart_policy: Some("Never".into()),
             // The launcher needs the guest's grace period plus time to tear down.
             termination_grace_period_seconds: Some(grace + 15),
+            security_context: pod_security(cfg),
             node_selector: Some(node_selector),
             affinity: launcher_affinity(vmi, cfg),
             tolerations: (!vmi.spec.tolerations.is_empty()).then(|| vmi.spec.tolerations.clone()),
@@ -292,6 +293,67 @@ pub fn render_launcher_pod(
         }),
         status: None,
     })
+}
+
+/// The launcher Pod's security context. The launcher runs as [`LAUNCHER_USER_ID`], as
+/// KubeVirt's non-root launcher does, with the runtime's default seccomp profile, so that the
+/// Pod passes the Pod Security `restricted` level. What a root launcher did itself, virt-handler
+/// does before the VM starts: the tap owned by the launcher's user, the launcher's `/dev/kvm`
+/// and `/dev/net/tun` handed to that user, a PVC's `disk.img` too, and DHCP's port 67 opened
+/// to users in the Pod's network namespace. The group owns the Pod's volumes (`fsGroup`).
+/// KubeVirt's `Root` feature gate runs it as root instead, as before: no Pod-level settings.
+fn pod_security(cfg: &ClusterConfig) -> Option<PodSecurityContext> {
+    if cfg.root_launcher {
+        return None;
+    }
+    let id = i64::from(LAUNCHER_USER_ID);
+    Some(PodSecurityContext {
+        run_as_user: Some(id),
+        run_as_group: Some(id),
+        run_as_non_root: Some(true),
+        fs_group: Some(id),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            localhost_profile: None,
+        }),
+        ..PodSecurityContext::default()
+    })
+}
+
+/// What the `restricted` level asks of every container: no privilege escalation and no
+/// capability (a launcher that is not root has none to use anyway).
+fn restricted_container() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            add: None,
+            drop: Some(vec!["ALL".into()]),
+        }),
+        ..SecurityContext::default()
+    }
+}
+
+/// The init containers' security context: none as root, [`restricted_container`] otherwise.
+fn init_security(cfg: &ClusterConfig) -> Option<SecurityContext> {
+    (!cfg.root_launcher).then(restricted_container)
+}
+
+/// The compute container's security context. As root (the `Root` gate) it keeps the
+/// runtime's default capabilities but `NET_RAW`: virt-handler makes the tap (owned by the
+/// launcher's user), the gateway address, forwarding and NAT in this Pod's network namespace
+/// (`contract::podnet`), so the launcher needs no `CAP_NET_ADMIN` and no raw socket (its DHCP
+/// responder is a UDP socket on port 67).
+fn compute_security(cfg: &ClusterConfig) -> SecurityContext {
+    if !cfg.root_launcher {
+        return restricted_container();
+    }
+    SecurityContext {
+        capabilities: Some(Capabilities {
+            add: None,
+            drop: Some(vec!["NET_RAW".into()]),
+        }),
+        ..SecurityContext::default()
+    }
 }
 
 /// The weight of the preference for nodes whose KVM runs standard guests (the scheduler's range
@@ -386,6 +448,7 @@ fn copy_container(
     script: Vec<String>,
     volume: &str,
     mount_path: &str,
+    cfg: &ClusterConfig,
 ) -> Container {
     let busybox = format!("{BUSYBOX_DIR}/busybox");
     Container {
@@ -403,6 +466,7 @@ fn copy_container(
             mount(volume, mount_path, false),
         ]),
         resources: Some(small_resources()),
+        security_context: init_security(cfg),
         ..Container::default()
     }
 }

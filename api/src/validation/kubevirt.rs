@@ -16,6 +16,8 @@ pub const KNOWN_FEATURE_GATES: &[&str] = &[
     "CPUManager",
     "Sidecar",
     "VMExport",
+    // The launcher runs as root instead of KubeVirt's non-root user 107.
+    "Root",
 ];
 
 const UNINSTALL_STRATEGIES: [&str; 2] = ["RemoveWorkloads", "BlockUninstallIfWorkloadsExist"];

@@ -77,8 +77,9 @@ fn phases_follow_the_pod() {
 
     // Running is the handler's; the controller leaves it.
     let mut handler_running = vmi(Some(VmiPhase::Running));
-    handler_running.status.as_mut().unwrap().active_pods =
-        Some([("pod-uid".to_string(), "node01".to_string())].into());
+    let status = handler_running.status.as_mut().unwrap();
+    status.active_pods = Some([("pod-uid".to_string(), "node01".to_string())].into());
+    status.runtime_user = Some(0);
     assert_eq!(plan(&handler_running, &[running], now()).status, None);
 }
 
@@ -87,6 +88,18 @@ fn the_pods_qos_class_is_the_vmis() {
     let pending = pod(json!({"phase": "Pending", "qosClass": "Burstable"}), None);
     let p = plan(&vmi(Some(VmiPhase::Pending)), &[pending], now());
     assert_eq!(p.status.unwrap().qos_class.as_deref(), Some("Burstable"));
+}
+
+#[test]
+fn the_launchers_user_is_the_vmis_runtime_user() {
+    let mut non_root = pod(json!({"phase": "Pending"}), None);
+    non_root.spec.as_mut().unwrap().security_context =
+        Some(serde_json::from_value(json!({"runAsUser": 107, "runAsNonRoot": true})).unwrap());
+    let p = plan(&vmi(Some(VmiPhase::Pending)), &[non_root], now());
+    assert_eq!(p.status.unwrap().runtime_user, Some(107));
+    let root = pod(json!({"phase": "Pending"}), None);
+    let p = plan(&vmi(Some(VmiPhase::Pending)), &[root], now());
+    assert_eq!(p.status.unwrap().runtime_user, Some(0));
 }
 
 #[test]

@@ -129,6 +129,11 @@ fn follow_pod(status: &mut VirtualMachineInstanceStatus, pod: &Pod, now: Timesta
     if pod_status.qos_class.is_some() {
         status.qos_class = pod_status.qos_class.clone();
     }
+    // The user its launcher runs as, as KubeVirt reports it (0 for a root launcher).
+    let user = (pod.spec.as_ref())
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|c| c.run_as_user);
+    status.runtime_user = Some(user.and_then(|u| u64::try_from(u).ok()).unwrap_or(0));
     if let Some(scheduled) = conditions.iter().find(|c| c.type_ == "PodScheduled") {
         let mut copy = Condition::new(
             "PodScheduled",
