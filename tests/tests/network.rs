@@ -6,9 +6,11 @@
 //! - the guest reaches another Pod through the NAT (its answer shows on the guest's console);
 //! - another Pod reaches the guest's port at the launcher Pod's IP (DNAT).
 //!
-//! The namespace enforces the Pod Security `baseline` level: the launcher Pod has no hostPath
-//! (virt-handler reaches its sockets through the kubelet's directory) and no added capability,
-//! so the API server admits it there.
+//! The namespace enforces the Pod Security `restricted` level: the launcher Pod has no hostPath
+//! (virt-handler reaches its sockets through the kubelet's directory), and its containers run
+//! as KubeVirt's non-root user 107 with no capability, no privilege escalation and the
+//! runtime's seccomp profile, so the API server admits it there. virt-handler hands that user
+//! the tap, the Pod's `/dev/net/tun` and DHCP's port.
 
 use std::time::{Duration, Instant};
 
@@ -52,7 +54,11 @@ fn busybox_pod(name: &str, script: &str, restart: &str) -> Pod {
         "spec": {
             "restartPolicy": restart,
             "terminationGracePeriodSeconds": 0,
-            "containers": [{"name": name, "image": BUSYBOX_IMAGE, "command": ["sh", "-c", script]}],
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 1000,
+                                "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{"name": name, "image": BUSYBOX_IMAGE, "command": ["sh", "-c", script],
+                            "securityContext": {"allowPrivilegeEscalation": false,
+                                                "capabilities": {"drop": ["ALL"]}}}],
         }
     }))
     .expect("a Pod")
@@ -76,7 +82,7 @@ async fn masquerade_dhcp_nat_and_dnat_with_a_launcher_pod_without_net_admin() {
     let namespace = TestNamespace::create_labelled(
         &client,
         "e2e-network",
-        &[("pod-security.kubernetes.io/enforce", "baseline")],
+        &[("pod-security.kubernetes.io/enforce", "restricted")],
     )
     .await;
     let ns = namespace.name.as_str();
@@ -156,11 +162,33 @@ async fn masquerade_dhcp_nat_and_dnat_with_a_launcher_pod_without_net_admin() {
             .unwrap_or_default();
         assert!(added.is_empty(), "{} adds {added:?}", container.name);
     }
+    // virt-handler handed the container's /dev/kvm to the launcher's user: the backend was
+    // chosen by what this node's KVM can do, not by a device the launcher could not open.
+    let emulation = (running.status.iter())
+        .flat_map(|s| s.conditions.iter())
+        .find(|c| c.type_ == "SoftwareEmulation")
+        .and_then(|c| c.message.clone())
+        .expect("a SoftwareEmulation condition with the backend's reason");
+    assert!(
+        !emulation.contains("cannot open /dev/kvm"),
+        "the launcher could not open its /dev/kvm: {emulation}"
+    );
     let pids = launcher_pids(&uid);
     assert!(!pids.is_empty(), "no virt-launcher process for VMI {uid}");
     for pid in &pids {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
             .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
+        let uid_line = status.lines().find(|l| l.starts_with("Uid:"));
+        let ids: Vec<&str> = uid_line
+            .unwrap_or_default()
+            .split_whitespace()
+            .skip(1)
+            .collect();
+        assert_eq!(
+            ids,
+            [contract::layout::LAUNCHER_USER_ID.to_string().as_str(); 4],
+            "virt-launcher {pid} does not run as KubeVirt's non-root user: {uid_line:?}"
+        );
         let (effective, bounding) = capabilities(&status);
         let bit = 1u64 << CAP_NET_ADMIN;
         assert_eq!(
