@@ -321,12 +321,12 @@ fn pod_security(cfg: &ClusterConfig) -> Option<PodSecurityContext> {
 }
 
 /// What the `restricted` level asks of every container: no privilege escalation and no
-/// capability (a launcher that is not root has none to use anyway).
-fn restricted_container() -> SecurityContext {
+/// capability but `NET_BIND_SERVICE`, the one it allows.
+fn restricted_container(bind_service: bool) -> SecurityContext {
     SecurityContext {
         allow_privilege_escalation: Some(false),
         capabilities: Some(Capabilities {
-            add: None,
+            add: bind_service.then(|| vec!["NET_BIND_SERVICE".into()]),
             drop: Some(vec!["ALL".into()]),
         }),
         ..SecurityContext::default()
@@ -335,17 +335,20 @@ fn restricted_container() -> SecurityContext {
 
 /// The init containers' security context: none as root, [`restricted_container`] otherwise.
 fn init_security(cfg: &ClusterConfig) -> Option<SecurityContext> {
-    (!cfg.root_launcher).then(restricted_container)
+    (!cfg.root_launcher).then(|| restricted_container(false))
 }
 
-/// The compute container's security context. As root (the `Root` gate) it keeps the
+/// The compute container's security context. Not root, it has KubeVirt's one extra
+/// capability, `NET_BIND_SERVICE`, in its bounding set, as KubeVirt's non-root compute
+/// container does (the launcher does not use it: a process that is not root holds no
+/// capability, and virt-handler opens DHCP's port to users instead). As root (the `Root` gate) it keeps the
 /// runtime's default capabilities but `NET_RAW`: virt-handler makes the tap (owned by the
 /// launcher's user), the gateway address, forwarding and NAT in this Pod's network namespace
 /// (`contract::podnet`), so the launcher needs no `CAP_NET_ADMIN` and no raw socket (its DHCP
 /// responder is a UDP socket on port 67).
 fn compute_security(cfg: &ClusterConfig) -> SecurityContext {
     if !cfg.root_launcher {
-        return restricted_container();
+        return restricted_container(true);
     }
     SecurityContext {
         capabilities: Some(Capabilities {
