@@ -24,7 +24,8 @@
 //! - `GET /v1/vmis/{uid}/portforward/{port}[/{tcp|udp}]` with `Upgrade: ferrovirt-portforward`:
 //!   connects to the guest's TCP `port` (or opens a UDP socket to it) from inside the launcher
 //!   Pod's network namespace, then answers `101` and relays (see [`portforward`]); `404`
-//!   without a launcher, `400` without a masquerade network, `502` when the guest refuses.
+//!   without a launcher, `400` without a masquerade network; when the guest does not accept
+//!   the connection, `101` and a stream that ends at once, as KubeVirt's.
 //! - `GET /v1/vmis/{uid}/console` with `Connection: Upgrade` and
 //!   `Upgrade: ferrovirt-console`: connects to `console-sock` first (so a missing console is a
 //!   plain `404`), then answers `101 Switching Protocols`; from then on the connection and the

@@ -89,13 +89,27 @@ enum DialError {
     Connect(SocketAddrV4, #[source] io::Error),
 }
 
+/// How a failed dial is answered.
+#[derive(Debug, PartialEq, Eq)]
+enum Refusal {
+    /// An HTTP error: nothing to forward to.
+    Status(StatusCode),
+    /// A stream that ends at once: the guest did not accept the connection (not up yet, or
+    /// nothing listens). KubeVirt's virt-handler upgrades before it dials, and KubeVirt's
+    /// virtctl stops accepting local connections after a port-forward that fails to open, so
+    /// an error here would end its forwarder while the guest boots.
+    ClosedStream,
+}
+
 impl DialError {
-    fn status(&self) -> StatusCode {
+    fn refusal(&self) -> Refusal {
         match self {
-            DialError::NoLauncher(_) => StatusCode::NOT_FOUND,
-            DialError::NoGuestNetwork => StatusCode::BAD_REQUEST,
-            DialError::Connect(..) => StatusCode::BAD_GATEWAY,
-            DialError::Routes(_) | DialError::Namespace(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            DialError::NoLauncher(_) => Refusal::Status(StatusCode::NOT_FOUND),
+            DialError::NoGuestNetwork => Refusal::Status(StatusCode::BAD_REQUEST),
+            DialError::Connect(..) => Refusal::ClosedStream,
+            DialError::Routes(_) | DialError::Namespace(_) => {
+                Refusal::Status(StatusCode::INTERNAL_SERVER_ERROR)
+            }
         }
     }
 }
@@ -162,7 +176,13 @@ pub async fn open(
                 crate::error_chain(&e)
             );
             log::info!("{message}");
-            return text(e.status(), message);
+            return match e.refusal() {
+                Refusal::Status(status) => text(status, message),
+                Refusal::ClosedStream => {
+                    let (closed, _) = tokio::io::duplex(1);
+                    super::relay_upgraded(&mut request, PORT_FORWARD_UPGRADE, closed, message)
+                }
+            };
         }
         Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
@@ -269,7 +289,11 @@ tap0\t0002000A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0
             let Err(error) = dial(&dir.path().join("launcher-sock"), 22, protocol) else {
                 panic!("dialled {protocol:?} without a launcher");
             };
-            assert_eq!(error.status(), StatusCode::NOT_FOUND, "{error}");
+            assert_eq!(
+                error.refusal(),
+                Refusal::Status(StatusCode::NOT_FOUND),
+                "{error}"
+            );
         }
     }
 
@@ -282,8 +306,26 @@ tap0\t0002000A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0
         let Err(error) = dial(&socket, 22, Protocol::Udp) else {
             panic!("dialled without a guest network");
         };
-        assert_eq!(error.status(), StatusCode::BAD_REQUEST, "{error}");
+        assert_eq!(
+            error.refusal(),
+            Refusal::Status(StatusCode::BAD_REQUEST),
+            "{error}"
+        );
         assert!(error.to_string().contains("no tap0 network"), "{error}");
+    }
+
+    #[test]
+    fn a_guest_port_that_refuses_gets_a_stream_that_ends_not_an_error() {
+        // Nothing listens on a port of a socket bound and dropped.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        let address = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
+        let refused = TcpStream::connect_timeout(&SocketAddr::V4(address), CONNECT_TIMEOUT)
+            .expect_err("nothing listens");
+        let error = DialError::Connect(address, refused);
+        assert_eq!(error.refusal(), Refusal::ClosedStream, "{error}");
     }
 
     #[tokio::test]
