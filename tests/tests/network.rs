@@ -7,11 +7,11 @@
 //! - the guest reaches another Pod through the NAT (its answer shows on the guest's console);
 //! - another Pod reaches the guest's port at the launcher Pod's IP (DNAT).
 //!
-//! The namespace enforces the Pod Security `restricted` level: the launcher Pod has no hostPath
-//! (virt-handler reaches its sockets through the kubelet's directory), and its containers run
-//! as KubeVirt's non-root user 107 with no capability held, no privilege escalation and the
-//! runtime's seccomp profile, so the API server admits it there. virt-handler hands that user
-//! the tap, the Pod's `/dev/net/tun` and DHCP's port.
+//! The namespace enforces the Pod Security `baseline` level: the launcher Pod has no hostPath
+//! (virt-handler reaches its sockets through the kubelet's directory) and no added capability
+//! but `NET_BIND_SERVICE`, so the API server admits it there. Its containers run as KubeVirt's
+//! non-root user 107 with no capability held and no privilege escalation; virt-handler hands
+//! that user the tap, the Pod's `/dev/net/tun` and DHCP's port.
 
 use std::time::{Duration, Instant};
 
@@ -83,7 +83,7 @@ async fn masquerade_dhcp_nat_and_dnat_with_a_launcher_pod_without_net_admin() {
     let namespace = TestNamespace::create_labelled(
         &client,
         "e2e-network",
-        &[("pod-security.kubernetes.io/enforce", "restricted")],
+        &[("pod-security.kubernetes.io/enforce", "baseline")],
     )
     .await;
     let ns = namespace.name.as_str();
