@@ -320,6 +320,11 @@ pub fn mutate(resource: &str, request: &AdmissionRequest<DynamicObject>) -> Admi
         Err(message) => return deny(response, &message, &[]),
     };
     object.apply_defaults();
+    if request.operation == Operation::Create {
+        if let KubeVirtObject::VirtualMachineInstance(vmi) = &mut object {
+            add_vmi_finalizer(vmi);
+        }
+    }
     let defaulted = match object.to_value() {
         Ok(v) => v,
         Err(e) => {
@@ -337,6 +342,15 @@ pub fn mutate(resource: &str, request: &AdmissionRequest<DynamicObject>) -> Admi
     match response.clone().with_patch(patch) {
         Ok(r) => r,
         Err(e) => deny(response, &format!("encoding the patch: {e}"), &[]),
+    }
+}
+
+/// A new VMI carries virt-controller's finalizer from its creation, as KubeVirt's mutating
+/// webhook adds it: virt-controller then needs no PATCH and no pass of its own for it.
+fn add_vmi_finalizer(vmi: &mut VirtualMachineInstance) {
+    let finalizers = vmi.metadata.finalizers.get_or_insert_with(Vec::new);
+    if !finalizers.iter().any(|f| f == contract::finalizers::VMI) {
+        finalizers.push(contract::finalizers::VMI.into());
     }
 }
 

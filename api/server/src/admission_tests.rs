@@ -88,7 +88,10 @@ fn mutation_patch_yields_the_defaulted_object() {
         let patched = apply_patch(&object, &response);
         let mut expected = KubeVirtObject::from_value(object.clone()).unwrap();
         expected.apply_defaults();
-        let expected = expected.to_value().unwrap();
+        let mut expected = expected.to_value().unwrap();
+        if expected["kind"] == "VirtualMachineInstance" {
+            expected["metadata"]["finalizers"] = json!([contract::finalizers::VMI]);
+        }
         if expected != object {
             assert_eq!(response["patchType"], "JSONPatch", "{name}");
         }
@@ -97,6 +100,39 @@ fn mutation_patch_yields_the_defaulted_object() {
         let again = answer(Webhook::Mutate, &patched, "CREATE", None, "alice");
         assert!(again.get("patch").is_none(), "{name}: {again}");
     }
+}
+
+#[test]
+fn a_vmi_gets_virt_controllers_finalizer_on_create_only_and_once() {
+    let mut vmi = fixture("vmi-demo.yaml");
+    vmi["metadata"]["finalizers"] = json!(["example.com/keep"]);
+    let created = apply_patch(
+        &vmi,
+        &answer(Webhook::Mutate, &vmi, "CREATE", None, "alice"),
+    );
+    assert_eq!(
+        created["metadata"]["finalizers"],
+        json!(["example.com/keep", contract::finalizers::VMI])
+    );
+    let again = apply_patch(
+        &created,
+        &answer(Webhook::Mutate, &created, "CREATE", None, "alice"),
+    );
+    assert_eq!(
+        again["metadata"]["finalizers"],
+        created["metadata"]["finalizers"]
+    );
+    // An update (virt-controller removing it, say) is not given it back.
+    let mut removed = created.clone();
+    removed["metadata"]["finalizers"] = json!(["example.com/keep"]);
+    let updated = apply_patch(
+        &removed,
+        &answer(Webhook::Mutate, &removed, "UPDATE", Some(&created), "alice"),
+    );
+    assert_eq!(
+        updated["metadata"]["finalizers"],
+        json!(["example.com/keep"])
+    );
 }
 
 #[test]
