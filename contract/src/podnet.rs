@@ -52,27 +52,76 @@ impl CommandError {
     }
 }
 
+/// A command line and what it reads on its standard input (nothing when `stdin` is empty).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CommandLine {
+    pub argv: Vec<String>,
+    pub stdin: String,
+}
+
+impl CommandLine {
+    /// `words` with nothing on stdin.
+    pub fn new<S: Into<String>>(words: impl IntoIterator<Item = S>) -> Self {
+        Self {
+            argv: words.into_iter().map(Into::into).collect(),
+            stdin: String::new(),
+        }
+    }
+
+    /// The same command run by `prefix` (such as `nsenter -t PID -n --`), with the same stdin.
+    pub fn run_by(&self, prefix: Vec<String>) -> Self {
+        let mut argv = prefix;
+        argv.extend(self.argv.iter().cloned());
+        Self {
+            argv,
+            stdin: self.stdin.clone(),
+        }
+    }
+}
+
+impl std::fmt::Display for CommandLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.argv.join(" "))?;
+        if !self.stdin.is_empty() {
+            write!(f, " <<< {:?}", self.stdin)?;
+        }
+        Ok(())
+    }
+}
+
 /// Runs one command line of [`MasqueradePlan::setup_commands`] (or a wrapper of it) and waits;
 /// a failure carries what the program wrote to stderr.
-pub fn run_command(command: &[String]) -> Result<(), CommandError> {
-    let Some((program, args)) = command.split_first() else {
+pub fn run_command(command: &CommandLine) -> Result<(), CommandError> {
+    use std::io::Write;
+    use std::process::Stdio;
+
+    let Some((program, args)) = command.argv.split_first() else {
         return Err(CommandError::Failed {
             command: String::new(),
             stderr: "empty command".into(),
         });
     };
-    let output = std::process::Command::new(program)
+    let spawn_error = |source| CommandError::Spawn {
+        program: program.clone(),
+        source,
+    };
+    let mut child = std::process::Command::new(program)
         .args(args)
-        .output()
-        .map_err(|source| CommandError::Spawn {
-            program: program.clone(),
-            source,
-        })?;
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(spawn_error)?;
+    // A program that exits without reading its input closes the pipe: its status says why.
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(command.stdin.as_bytes());
+    }
+    let output = child.wait_with_output().map_err(spawn_error)?;
     if output.status.success() {
         Ok(())
     } else {
         Err(CommandError::Failed {
-            command: command.join(" "),
+            command: command.to_string(),
             stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
         })
     }
@@ -126,72 +175,43 @@ impl MasqueradePlan {
         Ipv4Addr::from(mask(self.prefix))
     }
 
-    /// The `ip` and `iptables` command lines that make the tap (owned by `tap_owner` when
-    /// given), put the gateway on it and set up NAT, in the order to run them. IPv4 forwarding
-    /// ([`IP_FORWARD_SYSCTL`]) is the caller's.
-    pub fn setup_commands(&self, tap_owner: Option<u32>) -> Vec<Vec<String>> {
+    /// The two command lines that make the tap (owned by `tap_owner` when given), put the
+    /// gateway on it and bring it up (one `ip -batch`), then set up NAT (one
+    /// `iptables-restore --noflush`, which adds the rules at once), in the order to run them.
+    /// IPv4 forwarding ([`IP_FORWARD_SYSCTL`]) is the caller's.
+    pub fn setup_commands(&self, tap_owner: Option<u32>) -> Vec<CommandLine> {
         let tap = self.tap.as_str();
-        let guest = self.guest.to_string();
-        let owner = tap_owner.map(|uid| uid.to_string());
-        let mut add_tap = vec!["ip", "tuntap", "add", "dev", tap, "mode", "tap"];
-        if let Some(owner) = &owner {
-            add_tap.extend(["user", owner.as_str()]);
-        }
-        let gateway = format!("{}/{}", self.gateway, self.prefix);
-        let mut commands: Vec<Vec<String>> = [
-            add_tap,
-            vec!["ip", "addr", "add", &gateway, "dev", tap],
-            vec!["ip", "link", "set", tap, "up"],
-            vec![
-                "iptables",
-                "-t",
-                "nat",
-                "-A",
-                "POSTROUTING",
-                "-s",
-                &guest,
-                "!",
-                "-o",
-                tap,
-                "-j",
-                "MASQUERADE",
-            ],
-        ]
-        .into_iter()
-        .map(|c| c.into_iter().map(String::from).collect())
-        .collect();
-        let dnat = |proto: &str, port: Option<u16>| -> Vec<String> {
-            let mut rule = vec![
-                "iptables",
-                "-t",
-                "nat",
-                "-A",
-                "PREROUTING",
-                "!",
-                "-i",
-                tap,
-                "-p",
-                proto,
-            ]
-            .into_iter()
-            .map(String::from)
-            .collect::<Vec<_>>();
-            if let Some(port) = port {
-                rule.extend(["--dport".to_string(), port.to_string()]);
-            }
-            rule.extend(["-j", "DNAT", "--to-destination", &guest].map(String::from));
-            rule
+        let guest = self.guest;
+        let owner = tap_owner
+            .map(|uid| format!(" user {uid}"))
+            .unwrap_or_default();
+        let links = CommandLine {
+            stdin: format!(
+                "tuntap add dev {tap} mode tap{owner}\naddr add {}/{} dev {tap}\nlink set {tap} up\n",
+                self.gateway, self.prefix
+            ),
+            ..CommandLine::new(["ip", "-batch", "-"])
+        };
+        let mut rules = format!("*nat\n-A POSTROUTING -s {guest} ! -o {tap} -j MASQUERADE\n");
+        let dnat = |proto: &str, port: Option<u16>| {
+            let port = port.map(|p| format!(" --dport {p}")).unwrap_or_default();
+            format!("-A PREROUTING ! -i {tap} -p {proto}{port} -j DNAT --to-destination {guest}\n")
         };
         if self.ports.is_empty() {
-            commands.extend(["tcp", "udp"].map(|proto| dnat(proto, None)));
+            rules.extend(["tcp", "udp"].map(|proto| dnat(proto, None)));
         } else {
-            commands.extend(
+            rules.extend(
                 self.ports
                     .iter()
                     .map(|(proto, port)| dnat(proto, Some(*port))),
             );
         }
-        commands
+        rules.push_str("COMMIT\n");
+        let nat = CommandLine {
+            stdin: rules,
+            ..CommandLine::new(["iptables-restore", "--noflush"])
+        };
+        vec![links, nat]
     }
 }
 
@@ -254,45 +274,72 @@ mod tests {
         let every = plan(DEFAULT_CIDR, vec![])
             .unwrap()
             .setup_commands(Some(107));
-        let lines: Vec<String> = every.iter().map(|c| c.join(" ")).collect();
         assert_eq!(
-            lines,
+            every,
             [
-                "ip tuntap add dev tap0 mode tap user 107",
-                "ip addr add 10.0.2.1/24 dev tap0",
-                "ip link set tap0 up",
-                "iptables -t nat -A POSTROUTING -s 10.0.2.2 ! -o tap0 -j MASQUERADE",
-                "iptables -t nat -A PREROUTING ! -i tap0 -p tcp -j DNAT --to-destination 10.0.2.2",
-                "iptables -t nat -A PREROUTING ! -i tap0 -p udp -j DNAT --to-destination 10.0.2.2",
+                CommandLine {
+                    argv: vec!["ip".into(), "-batch".into(), "-".into()],
+                    stdin: "tuntap add dev tap0 mode tap user 107\n\
+                            addr add 10.0.2.1/24 dev tap0\n\
+                            link set tap0 up\n"
+                        .into(),
+                },
+                CommandLine {
+                    argv: vec!["iptables-restore".into(), "--noflush".into()],
+                    stdin: "*nat\n\
+                            -A POSTROUTING -s 10.0.2.2 ! -o tap0 -j MASQUERADE\n\
+                            -A PREROUTING ! -i tap0 -p tcp -j DNAT --to-destination 10.0.2.2\n\
+                            -A PREROUTING ! -i tap0 -p udp -j DNAT --to-destination 10.0.2.2\n\
+                            COMMIT\n"
+                        .into(),
+                },
             ]
         );
         let listed = plan(DEFAULT_CIDR, vec![("tcp".into(), 80), ("udp".into(), 53)])
             .unwrap()
             .setup_commands(None);
-        let lines: Vec<String> = listed.iter().map(|c| c.join(" ")).collect();
-        assert_eq!(lines[0], "ip tuntap add dev tap0 mode tap");
+        assert!(listed[0]
+            .stdin
+            .starts_with("tuntap add dev tap0 mode tap\n"));
         assert_eq!(
-            lines[4..],
-            [
-                "iptables -t nat -A PREROUTING ! -i tap0 -p tcp --dport 80 -j DNAT --to-destination 10.0.2.2",
-                "iptables -t nat -A PREROUTING ! -i tap0 -p udp --dport 53 -j DNAT --to-destination 10.0.2.2",
-            ]
+            listed[1].stdin,
+            "*nat\n\
+             -A POSTROUTING -s 10.0.2.2 ! -o tap0 -j MASQUERADE\n\
+             -A PREROUTING ! -i tap0 -p tcp --dport 80 -j DNAT --to-destination 10.0.2.2\n\
+             -A PREROUTING ! -i tap0 -p udp --dport 53 -j DNAT --to-destination 10.0.2.2\n\
+             COMMIT\n"
         );
     }
 
     #[test]
-    fn commands_succeed_or_say_why() {
-        let line = |words: &[&str]| words.iter().map(|w| w.to_string()).collect::<Vec<_>>();
-        run_command(&line(&["true"])).unwrap();
-        let failed = run_command(&line(&["sh", "-c", "echo nope >&2; exit 3"])).unwrap_err();
+    fn commands_read_their_input_and_succeed_or_say_why() {
+        run_command(&CommandLine::new(["true"])).unwrap();
+        let read = CommandLine {
+            stdin: "expected\n".into(),
+            ..CommandLine::new(["sh", "-c", "read line && test \"$line\" = expected"])
+        };
+        run_command(&read).unwrap();
+        let failed =
+            run_command(&CommandLine::new(["sh", "-c", "echo nope >&2; exit 3"])).unwrap_err();
         assert!(!failed.is_spawn());
         assert_eq!(
             failed.to_string(),
             "`sh -c echo nope >&2; exit 3` failed: nope"
         );
-        let missing = run_command(&line(&["/nonexistent/ip", "link"])).unwrap_err();
+        let wrong = CommandLine {
+            stdin: "other\n".into(),
+            ..read.clone()
+        };
+        assert!(run_command(&wrong)
+            .unwrap_err()
+            .to_string()
+            .ends_with("<<< \"other\\n\"` failed: "));
+        let missing = run_command(&CommandLine::new(["/nonexistent/ip", "link"])).unwrap_err();
         assert!(missing.is_spawn(), "{missing}");
-        assert!(run_command(&[]).is_err());
+        assert!(run_command(&CommandLine::default()).is_err());
+        let wrapped = read.run_by(vec!["env".into()]);
+        assert_eq!(wrapped.argv[0], "env");
+        run_command(&wrapped).unwrap();
     }
 
     #[test]

@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 
 use api::VirtualMachineInstance;
 use contract::podnet::{
-    self, CommandError, MasqueradePlan, PlanError, DHCP_SERVER_PORT, IP_FORWARD_SYSCTL, TAP_DEVICE,
-    UNPRIVILEGED_PORT_SYSCTL,
+    self, CommandError, CommandLine, MasqueradePlan, PlanError, DHCP_SERVER_PORT,
+    IP_FORWARD_SYSCTL, TAP_DEVICE, UNPRIVILEGED_PORT_SYSCTL,
 };
 use kube::ResourceExt;
 
@@ -39,36 +39,37 @@ pub fn launcher_process(socket: &Path) -> Result<(u32, u32), PodNetError> {
     Ok((cred.pid.as_raw_nonzero().get() as u32, cred.uid.as_raw()))
 }
 
-/// The `nsenter` command line that runs `command` in process `pid`'s network namespace, and in
-/// its mount namespace too when `mount` (to use the launcher image's programs).
-pub fn in_namespaces(pid: u32, mount: bool, command: &[String]) -> Vec<String> {
-    let mut line = vec![
+/// `command` run in process `pid`'s network namespace, and in its mount namespace too when
+/// `mount` (to use the launcher image's programs), by `nsenter`.
+pub fn in_namespaces(pid: u32, mount: bool, command: &CommandLine) -> CommandLine {
+    let mut nsenter = vec![
         "nsenter".to_string(),
         "-t".into(),
         pid.to_string(),
         "-n".into(),
     ];
     if mount {
-        line.push("-m".into());
+        nsenter.push("-m".into());
     }
-    line.push("--".into());
-    line.extend(command.iter().cloned());
-    line
+    nsenter.push("--".into());
+    command.run_by(nsenter)
 }
 
-/// Every command that prepares `plan` in the namespaces of launcher `pid` run by `uid`. A
+/// Every command that prepares `plan` in the namespaces of launcher `pid` run by `uid`, three
+/// programs in all: the sysctls, then the tap and NAT ([`MasqueradePlan::setup_commands`]). A
 /// launcher that is not root may bind DHCP's port there: ports from it up are no longer
 /// reserved to root in the Pod's network namespace (as KubeVirt's non-root launcher Pod asks
 /// with the safe sysctl; virt-handler sets it, so the Pod asks for none).
-pub fn prepare_commands(plan: &MasqueradePlan, pid: u32, uid: u32) -> Vec<Vec<String>> {
-    let sysctl = |setting: String| {
-        let command = ["sysctl".to_string(), "-w".into(), setting];
-        in_namespaces(pid, false, &command)
-    };
-    let ports =
-        (uid != 0).then(|| sysctl(format!("{UNPRIVILEGED_PORT_SYSCTL}={DHCP_SERVER_PORT}")));
-    std::iter::once(sysctl(format!("{IP_FORWARD_SYSCTL}=1")))
-        .chain(ports)
+pub fn prepare_commands(plan: &MasqueradePlan, pid: u32, uid: u32) -> Vec<CommandLine> {
+    let mut sysctl = vec![
+        "sysctl".to_string(),
+        "-w".into(),
+        format!("{IP_FORWARD_SYSCTL}=1"),
+    ];
+    if uid != 0 {
+        sysctl.push(format!("{UNPRIVILEGED_PORT_SYSCTL}={DHCP_SERVER_PORT}"));
+    }
+    std::iter::once(in_namespaces(pid, false, &CommandLine::new(sysctl)))
         .chain(
             plan.setup_commands(Some(uid))
                 .iter()
@@ -105,7 +106,7 @@ pub fn prepare(vmi: &VirtualMachineInstance, socket: &Path) -> Result<Prepared, 
     }
     for command in prepare_commands(&plan, pid, uid) {
         if let Err(e) = podnet::run_command(&command) {
-            let remove = ["ip", "link", "del", &plan.tap].map(String::from);
+            let remove = CommandLine::new(["ip", "link", "del", &plan.tap]);
             let _ = podnet::run_command(&in_namespaces(pid, true, &remove));
             return Err(e.into());
         }
@@ -144,30 +145,31 @@ mod tests {
         .unwrap();
         let lines: Vec<String> = prepare_commands(&plan, 4242, 107)
             .iter()
-            .map(|c| c.join(" "))
+            .map(|c| c.argv.join(" "))
             .collect();
         assert_eq!(
-            lines[0],
-            "nsenter -t 4242 -n -- sysctl -w net.ipv4.ip_forward=1"
+            lines,
+            [
+                "nsenter -t 4242 -n -- sysctl -w net.ipv4.ip_forward=1 \
+                 net.ipv4.ip_unprivileged_port_start=67",
+                "nsenter -t 4242 -n -m -- ip -batch -",
+                "nsenter -t 4242 -n -m -- iptables-restore --noflush",
+            ]
         );
-        assert_eq!(
-            lines[1],
-            "nsenter -t 4242 -n -- sysctl -w net.ipv4.ip_unprivileged_port_start=67"
-        );
-        assert_eq!(
-            lines[2],
-            "nsenter -t 4242 -n -m -- ip tuntap add dev tap0 mode tap user 107"
-        );
-        assert_eq!(lines.len(), 2 + plan.setup_commands(None).len());
-        assert!(lines[2..]
-            .iter()
-            .all(|l| l.starts_with("nsenter -t 4242 -n -m -- ")));
+        let commands = prepare_commands(&plan, 4242, 107);
+        assert!(commands[1]
+            .stdin
+            .starts_with("tuntap add dev tap0 mode tap user 107\n"));
+        assert_eq!(commands[2].stdin, plan.setup_commands(None)[1].stdin);
         // A root launcher binds port 67 anyway.
         let as_root = prepare_commands(&plan, 4242, 0);
-        assert_eq!(as_root.len(), 1 + plan.setup_commands(None).len());
-        assert!(as_root
-            .iter()
-            .all(|c| !c.join(" ").contains(UNPRIVILEGED_PORT_SYSCTL)));
+        assert_eq!(
+            as_root[0].argv.join(" "),
+            "nsenter -t 4242 -n -- sysctl -w net.ipv4.ip_forward=1"
+        );
+        assert!(as_root[1]
+            .stdin
+            .starts_with("tuntap add dev tap0 mode tap user 0\n"));
     }
 
     #[test]

@@ -13,6 +13,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
+use contract::podnet::CommandLine;
 use contract::proto::v1;
 
 const POD_IP: &str = "10.99.0.1";
@@ -113,20 +114,18 @@ fn prepare_as_the_handler(netns: &str, vmi: &serde_json::Value) {
     api::defaults::default_vmi(&mut vmi);
     let plan = api::masquerade::plan(&vmi, contract::podnet::TAP_DEVICE).expect("a plan");
     let forwarding = format!("{}=1", contract::podnet::IP_FORWARD_SYSCTL);
-    let mut commands = vec![vec!["sysctl".to_string(), "-w".into(), forwarding]];
+    let mut commands = vec![CommandLine::new(["sysctl", "-w", &forwarding])];
     commands.extend(plan.setup_commands(Some(0)));
     for command in commands {
-        let output = Command::new("ip")
-            .args(["netns", "exec", netns])
-            .args(&command)
-            .output()
-            .expect("run ip netns exec");
-        assert!(
-            output.status.success(),
-            "{}: {}",
-            command.join(" "),
-            String::from_utf8_lossy(&output.stderr)
-        );
+        let in_netns = command.run_by(vec![
+            "ip".into(),
+            "netns".into(),
+            "exec".into(),
+            netns.into(),
+        ]);
+        if let Err(e) = contract::podnet::run_command(&in_netns) {
+            panic!("{e}");
+        }
     }
 }
 
