@@ -5,6 +5,7 @@
 pub mod cgroup;
 pub mod device_plugin;
 pub mod events;
+pub mod launcher_socket;
 pub mod metrics;
 pub mod migration;
 pub mod node;

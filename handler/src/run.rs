@@ -15,6 +15,7 @@ use kube::runtime::{reflector, watcher, WatchStreamExt};
 use kube::{Api, Client, ResourceExt};
 
 use crate::device_plugin::{run_device_plugin, KVM, TUN};
+use crate::launcher_socket::LauncherSockets;
 use crate::node;
 use crate::notify::NotifyServers;
 use crate::vmi::reconcile::{reconcile, HandlerContext, SyncError};
@@ -71,7 +72,11 @@ pub async fn run_handler(client: Client, node_name: String) {
         node: node_name.clone(),
         socket_root: PathBuf::from(HOST_SOCKET_ROOT),
         kubevirts,
-        notify: NotifyServers::new(events_tx),
+        notify: NotifyServers::new(events_tx.clone()),
+        launcher_sockets: LauncherSockets::start(events_tx).unwrap_or_else(|e| {
+            log::error!("cannot watch for launcher sockets (inotify): {e}");
+            std::process::exit(1)
+        }),
         recorder: Recorder::new(
             client.clone(),
             Reporter {

@@ -27,6 +27,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, ResourceExt};
 
 use super::status::{status_after_sync_failure, status_from_domain, Observed};
+use crate::launcher_socket::{LauncherSockets, Wait};
 use crate::notify::NotifyServers;
 use crate::ownership::OwnershipError;
 
@@ -40,6 +41,8 @@ pub struct HandlerContext {
     pub socket_root: PathBuf,
     pub kubevirts: Store<KubeVirt>,
     pub notify: NotifyServers,
+    /// Wakes a VMI's pass when its launcher's socket appears.
+    pub launcher_sockets: LauncherSockets,
     /// Records KubeVirt's events for the phases this handler sets (Started, Stopped).
     pub recorder: Recorder,
 }
@@ -145,7 +148,13 @@ pub async fn reconcile(
     );
     if !socket.exists() {
         // The launcher is still starting (Scheduled), or gone (the controller sees the Pod fail).
-        return Ok(Action::requeue(Duration::from_secs(1)));
+        let me = ObjectRef::from_obj(vmi.as_ref());
+        match ctx.launcher_sockets.wait_for(&dir, &socket, me) {
+            Wait::Appeared => {}
+            // A look now and then all the same, should a wake-up be lost.
+            Wait::Watching => return Ok(Action::requeue(Duration::from_secs(30))),
+            Wait::Unwatchable => return Ok(Action::requeue(Duration::from_secs(1))),
+        }
     }
 
     let mut client = launcher_client(&socket)?;
