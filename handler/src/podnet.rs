@@ -4,12 +4,12 @@
 //! neither `CAP_NET_ADMIN` nor the unsafe sysctl `net.ipv4.ip_forward`.
 //!
 //! The launcher is found by its socket: `SO_PEERCRED` of a connection to it gives its PID on
-//! the host (virt-handler runs with `hostPID`) and its user, who owns the tap. The commands run
-//! through `nsenter` (busybox's, in virt-handler's image): `ip` and `iptables` are the launcher
-//! image's, in the launcher's mount and network namespaces; forwarding (and, for a launcher
-//! that is not root, the lowest port its user may bind, so that it binds DHCP's) are sysctls of
-//! the launcher's network namespace, written through virt-handler's own `/proc` (a Pod's is
-//! read-only).
+//! the host (virt-handler runs with `hostPID`) and its user, who owns the tap. Two commands run
+//! through `nsenter` (busybox's, in virt-handler's image) in the launcher's mount and network
+//! namespaces, with the launcher image's `ip` and `iptables-restore`; forwarding (and, for a
+//! launcher that is not root, the lowest port its user may bind, so that it binds DHCP's) are
+//! sysctls of the launcher's network namespace, written through virt-handler's own `/proc` (a
+//! Pod's is read-only) by a thread that joins that namespace.
 
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -28,6 +28,8 @@ pub enum PodNetError {
     Peer(PathBuf, #[source] std::io::Error),
     #[error("in the launcher's namespaces (nsenter: busybox in virt-handler's image)")]
     Command(#[from] CommandError),
+    #[error("setting the sysctls of the launcher's network namespace")]
+    Sysctl(#[source] std::io::Error),
 }
 
 /// The launcher process serving `socket`: (host PID, user ID).
@@ -55,26 +57,50 @@ pub fn in_namespaces(pid: u32, mount: bool, command: &CommandLine) -> CommandLin
     command.run_by(nsenter)
 }
 
-/// Every command that prepares `plan` in the namespaces of launcher `pid` run by `uid`, three
-/// programs in all: the sysctls, then the tap and NAT ([`MasqueradePlan::setup_commands`]). A
-/// launcher that is not root may bind DHCP's port there: ports from it up are no longer
-/// reserved to root in the Pod's network namespace (as KubeVirt's non-root launcher Pod asks
-/// with the safe sysctl; virt-handler sets it, so the Pod asks for none).
-pub fn prepare_commands(plan: &MasqueradePlan, pid: u32, uid: u32) -> Vec<CommandLine> {
-    let mut sysctl = vec![
-        "sysctl".to_string(),
-        "-w".into(),
-        format!("{IP_FORWARD_SYSCTL}=1"),
-    ];
+/// The sysctls of the launcher's network namespace: IPv4 forwarding and, for a launcher that is
+/// not root, the lowest port its user may bind, so that it binds DHCP's (ports from it up are no
+/// longer reserved to root in the Pod's network namespace, as KubeVirt's non-root launcher Pod
+/// asks with the safe sysctl; virt-handler sets it, so the Pod asks for none).
+pub fn namespace_sysctls(uid: u32) -> Vec<(&'static str, String)> {
+    let mut settings = vec![(IP_FORWARD_SYSCTL, "1".to_string())];
     if uid != 0 {
-        sysctl.push(format!("{UNPRIVILEGED_PORT_SYSCTL}={DHCP_SERVER_PORT}"));
+        settings.push((UNPRIVILEGED_PORT_SYSCTL, DHCP_SERVER_PORT.to_string()));
     }
-    std::iter::once(in_namespaces(pid, false, &CommandLine::new(sysctl)))
-        .chain(
-            plan.setup_commands(Some(uid))
-                .iter()
-                .map(|c| in_namespaces(pid, true, c)),
-        )
+    settings
+}
+
+/// Writes `settings` in the network namespace of process `pid` without starting a program: from
+/// a thread of its own that joins that namespace and then ends (`/proc/sys/net` is the network
+/// namespace of the thread that opens it).
+pub fn write_sysctls_in(pid: u32, settings: Vec<(&'static str, String)>) -> std::io::Result<()> {
+    let namespace = std::fs::File::open(format!("/proc/{pid}/ns/net"))?;
+    let writer = std::thread::Builder::new()
+        .name("netns-sysctl".into())
+        .spawn(move || -> std::io::Result<()> {
+            use std::os::fd::AsFd;
+            rustix::thread::move_into_link_name_space(
+                namespace.as_fd(),
+                Some(rustix::thread::LinkNameSpaceType::Network),
+            )?;
+            for (name, value) in settings {
+                let path = format!("/proc/sys/{}", name.replace('.', "/"));
+                std::fs::write(&path, &value).map_err(|e| {
+                    std::io::Error::new(e.kind(), format!("writing {value} to {path}: {e}"))
+                })?;
+            }
+            Ok(())
+        })?;
+    writer
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+/// The commands that make the tap and NAT of `plan` in the namespaces of launcher `pid` run by
+/// `uid` ([`MasqueradePlan::setup_commands`], with the launcher image's programs).
+pub fn prepare_commands(plan: &MasqueradePlan, pid: u32, uid: u32) -> Vec<CommandLine> {
+    plan.setup_commands(Some(uid))
+        .iter()
+        .map(|c| in_namespaces(pid, true, c))
         .collect()
 }
 
@@ -104,6 +130,7 @@ pub fn prepare(vmi: &VirtualMachineInstance, socket: &Path) -> Result<Prepared, 
     if podnet::lists_interface(&dev, &plan.tap) {
         return Ok(Prepared::Already);
     }
+    write_sysctls_in(pid, namespace_sysctls(uid)).map_err(PodNetError::Sysctl)?;
     for command in prepare_commands(&plan, pid, uid) {
         if let Err(e) = podnet::run_command(&command) {
             let remove = CommandLine::new(["ip", "link", "del", &plan.tap]);
@@ -150,26 +177,34 @@ mod tests {
         assert_eq!(
             lines,
             [
-                "nsenter -t 4242 -n -- sysctl -w net.ipv4.ip_forward=1 \
-                 net.ipv4.ip_unprivileged_port_start=67",
                 "nsenter -t 4242 -n -m -- ip -batch -",
                 "nsenter -t 4242 -n -m -- iptables-restore --noflush",
             ]
         );
         let commands = prepare_commands(&plan, 4242, 107);
-        assert!(commands[1]
+        assert!(commands[0]
             .stdin
             .starts_with("tuntap add dev tap0 mode tap user 107\n"));
-        assert_eq!(commands[2].stdin, plan.setup_commands(None)[1].stdin);
-        // A root launcher binds port 67 anyway.
-        let as_root = prepare_commands(&plan, 4242, 0);
+        assert_eq!(commands[1].stdin, plan.setup_commands(None)[1].stdin);
         assert_eq!(
-            as_root[0].argv.join(" "),
-            "nsenter -t 4242 -n -- sysctl -w net.ipv4.ip_forward=1"
+            namespace_sysctls(107),
+            [
+                ("net.ipv4.ip_forward", "1".to_string()),
+                ("net.ipv4.ip_unprivileged_port_start", "67".to_string())
+            ]
         );
-        assert!(as_root[1]
-            .stdin
-            .starts_with("tuntap add dev tap0 mode tap user 0\n"));
+        // A root launcher binds port 67 anyway.
+        assert_eq!(
+            namespace_sysctls(0),
+            [("net.ipv4.ip_forward", "1".to_string())]
+        );
+    }
+
+    #[test]
+    fn sysctls_of_a_process_that_is_gone_are_refused() {
+        let gone = u32::MAX - 1;
+        let err = write_sysctls_in(gone, namespace_sysctls(107)).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::NotFound, "{err}");
     }
 
     #[test]
