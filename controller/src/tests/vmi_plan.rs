@@ -84,6 +84,26 @@ fn phases_follow_the_pod() {
 }
 
 #[test]
+fn the_node_of_a_bound_pod_is_known_before_the_vmi_is_scheduled() {
+    let unbound = pod(json!({"phase": "Pending"}), None);
+    let p = plan(&vmi(Some(VmiPhase::Scheduling)), &[unbound], now());
+    assert_eq!(p.bound_node, None);
+    let bound = pod(json!({"phase": "Pending"}), Some("node-a"));
+    let p = plan(&vmi(Some(VmiPhase::Scheduling)), &[bound], now());
+    assert_eq!(p.bound_node.as_deref(), Some("node-a"));
+    assert_eq!(
+        p.status.and_then(|s| s.node_name),
+        None,
+        "not Scheduled yet"
+    );
+    // Once the VMI has its node, that is the one (a migration target's Pod does not move it).
+    let mut scheduled = vmi(Some(VmiPhase::Running));
+    scheduled.status.as_mut().unwrap().node_name = Some("node-a".into());
+    let elsewhere = pod(json!({"phase": "Running"}), Some("node-b"));
+    assert_eq!(plan(&scheduled, &[elsewhere], now()).bound_node, None);
+}
+
+#[test]
 fn the_pods_qos_class_is_the_vmis() {
     let pending = pod(json!({"phase": "Pending", "qosClass": "Burstable"}), None);
     let p = plan(&vmi(Some(VmiPhase::Pending)), &[pending], now());

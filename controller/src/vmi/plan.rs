@@ -28,6 +28,8 @@ pub struct VmiPlan {
     pub action: VmiAction,
     /// The new status, when it differs from the old one.
     pub status: Option<VirtualMachineInstanceStatus>,
+    /// The node the launcher Pod is bound to while the VMI has no `status.nodeName` yet.
+    pub bound_node: Option<String>,
 }
 
 /// Plans the next step for `vmi`, whose launcher Pods (by the created-by label) are `pods`.
@@ -60,12 +62,14 @@ pub fn plan(vmi: &VirtualMachineInstance, pods: &[Pod], now: Timestamp) -> VmiPl
         return VmiPlan {
             action,
             status: None,
+            bound_node: None,
         };
     }
     if !has_finalizer {
         return VmiPlan {
             action: VmiAction::AddFinalizer,
             status: None,
+            bound_node: None,
         };
     }
 
@@ -111,9 +115,13 @@ pub fn plan(vmi: &VirtualMachineInstance, pods: &[Pod], now: Timestamp) -> VmiPl
                 .insert(uid, node.unwrap_or_default());
         }
     }
+    let bound_node = pod
+        .filter(|_| status.node_name.is_none())
+        .and_then(|p| p.spec.as_ref()?.node_name.clone());
     VmiPlan {
         action,
         status: (status != old).then_some(status),
+        bound_node,
     }
 }
 

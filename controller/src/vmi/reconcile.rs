@@ -82,12 +82,15 @@ pub async fn reconcile(
     }
 
     let name = vmi.name_any();
-    // virt-handler watches the VMIs of its node by this label.
+    // virt-handler watches the VMIs of its node by this label. It goes on as soon as the
+    // launcher Pod is bound, so that the handler already has the VMI when it becomes Scheduled
+    // (its Scheduled status then reaches the handler without a PATCH in between).
     let node = plan
         .status
         .as_ref()
         .or(vmi.status.as_ref())
-        .and_then(|s| s.node_name.clone());
+        .and_then(|s| s.node_name.clone())
+        .or_else(|| plan.bound_node.clone());
     if let Some(node) = node {
         if vmi.labels().get(labels::NODE_NAME) != Some(&node)
             && vmi.metadata.deletion_timestamp.is_none()
