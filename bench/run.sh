@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.." || exit 1
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/ferrovirt/cargo-target}
 export KUBECONFIG=${KUBECONFIG:-/var/lib/ferrovirt-cluster/kubeconfig/admin.kubeconfig}
 # KubeVirt's suite uses 100. Each launcher Pod requests 100m CPU per vCPU (KubeVirt's
-# cpuAllocationRatio 10), so this machine's two 2-CPU nodes hold about 37 minimal VMIs.
+# cpuAllocationRatio 10), so this machine's two 2-CPU nodes hold about 37 density VMIs.
 DENSITY_N=${DENSITY_N:-35}
 RUNS=${RUNS:-11}
 BOOT_RUNS=${BOOT_RUNS:-5}
@@ -94,7 +94,7 @@ if ! skip cluster; then
 fi
 
 if ! skip density; then
-  part "5. density: $DENSITY_N minimal VMIs created 100 ms apart (bench density)"
+  part "5. density: $DENSITY_N of KubeVirt's density VMIs created 100 ms apart (bench density)"
   flock "$LOCK" "$bin/density" --count "$DENSITY_N" || failed "density" $?
 fi
 if ! skip nested; then
