@@ -649,3 +649,7 @@ pub fn deny(
 #[cfg(test)]
 #[path = "admission_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "admission_reference_tests.rs"]
+mod reference_tests;
