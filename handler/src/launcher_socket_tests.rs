@@ -8,6 +8,16 @@ fn vmi(name: &str) -> ObjectRef<VirtualMachineInstance> {
     ObjectRef::new(name).within("default")
 }
 
+/// The next VMI sent back, within a deadline.
+async fn next_wake_up(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<ObjectRef<VirtualMachineInstance>>,
+) -> ObjectRef<VirtualMachineInstance> {
+    tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("no wake-up within 10 s of the socket's creation")
+        .expect("the watch stopped")
+}
+
 #[tokio::test]
 async fn a_socket_that_appears_sends_its_vmi_back_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -25,11 +35,7 @@ async fn a_socket_that_appears_sends_its_vmi_back_once() {
     assert!(rx.try_recv().is_err(), "nothing appeared yet");
 
     let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
-    let woken = tokio::time::timeout(Duration::from_secs(10), rx.recv())
-        .await
-        .expect("no wake-up within 10 s of the socket's creation")
-        .unwrap();
-    assert_eq!(woken, vmi("a"));
+    assert_eq!(next_wake_up(&mut rx).await, vmi("a"));
     assert_eq!(sockets.watched(), 0);
 
     // The watch is gone: a second entry wakes nobody. The next wake-up (events come in order)
@@ -40,11 +46,7 @@ async fn a_socket_that_appears_sends_its_vmi_back_once() {
     let socket = second.join("launcher-sock");
     assert_eq!(sockets.wait_for(&second, &socket, vmi("b")), Wait::Watching);
     let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
-    let woken = tokio::time::timeout(Duration::from_secs(10), rx.recv())
-        .await
-        .expect("no wake-up within 10 s of the socket's creation")
-        .unwrap();
-    assert_eq!(woken, vmi("b"));
+    assert_eq!(next_wake_up(&mut rx).await, vmi("b"));
 }
 
 #[tokio::test]
