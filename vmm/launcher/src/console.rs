@@ -356,21 +356,34 @@ mod tests {
             .set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
         guest.read_exact(&mut [0u8; 2]).unwrap();
+        // The guest writes in steps and the reading client reads each step before the next
+        // one, however slowly the test threads are scheduled: its outbox never nears the limit,
+        // while the stuck client's passes it.
+        let step = CLIENT_OUTBOX / 4;
         let total = 3 * CLIENT_OUTBOX;
-        let reader = thread::spawn(move || {
-            let mut got = vec![0u8; total];
-            reading.read_exact(&mut got).map(|_| got)
+        let (read_tx, read_rx) = std::sync::mpsc::channel();
+        thread::spawn(move || {
+            for _ in 0..total / step {
+                let mut got = vec![0u8; step];
+                let read = reading.read_exact(&mut got).map(|_| got);
+                let failed = read.is_err();
+                if read_tx.send(read).is_err() || failed {
+                    return;
+                }
+            }
         });
         let output = pattern(total);
-        guest.write_all(&output).unwrap();
-        let got = reader
-            .join()
-            .unwrap()
-            .expect("the reading client gets every byte");
-        assert!(
-            got == output,
-            "the reading client got bytes missing or out of order"
-        );
+        for chunk in output.chunks(step) {
+            guest.write_all(chunk).unwrap();
+            let got = read_rx
+                .recv_timeout(Duration::from_secs(60))
+                .expect("the reading client reads each step")
+                .expect("the reading client gets every byte");
+            assert!(
+                got == chunk,
+                "the reading client got bytes missing or out of order"
+            );
+        }
         // The stuck client sees the end of the stream, after fewer bytes than were written.
         let mut unread = Vec::new();
         stuck.read_to_end(&mut unread).unwrap();
