@@ -21,7 +21,7 @@ export SOURCE_DATE_EPOCH=0
 packages=(
     linux-source-6.1 build-essential bc bison flex libelf-dev libssl-dev lz4 kmod cpio xz-utils
     busybox-static e2fsprogs dosfstools mtools genisoimage fdisk qemu-utils
-    qemu-system-x86 qemu-system-data
+    qemu-system-x86 qemu-system-data dpkg-dev
 )
 
 log() { echo "guest-images: $*"; }
@@ -114,7 +114,8 @@ chmod 0644 "$staging/containerdisk/disk/disk.img" "$staging/kernel-boot/boot/"*
 "$here/oci/make-oci-image.sh" "$out/oci/containerdisk" "$staging/containerdisk" latest
 "$here/oci/make-oci-image.sh" "$out/oci/kernel-boot" "$staging/kernel-boot" latest
 
-# 2b. The stand-in for KubeVirt's alpine-container-disk-demo (seconds).
+# 2b. The stand-ins for KubeVirt's demo images (standins/build.sh; under a minute: it builds
+# busybox's nc from Debian's busybox source for the alpine-with-test-tooling stand-in).
 "$here/standins/build.sh" "$out"
 
 # 3. The KVM test guests, written by their own script when it exists.

@@ -1,8 +1,8 @@
 #!/bin/bash
 # Builds Ferrovirt's stand-ins for the demo images KubeVirt's documentation and functional suite
-# boot most, alpine-container-disk-demo, cirros-container-disk-demo and
-# fedora-with-test-tooling-container-disk: none of KubeVirt's demo
-# images can be pulled here, and each stand-in is built like its original, a partitioned disk
+# boot most, alpine-container-disk-demo, cirros-container-disk-demo,
+# fedora-with-test-tooling-container-disk and alpine-with-test-tooling-container-disk: none of
+# KubeVirt's demo images can be pulled here, and each stand-in is built like its original, a disk
 # that carries its own kernel and boot files, so a VM of it takes the boot path a user's image
 # takes:
 #
@@ -42,10 +42,28 @@
 # `[root@<hostname> fedora]# ` (KubeVirt's console.LoginToFedora); cloud-init's `password:` sets
 # fedora's password. No guest agent and none of the original's test tools beyond busybox's.
 #
-# SET_DIR receives, for NAME in alpine, cirros and fedora:
+# alpine-test-tooling (for KubeVirt's alpine-with-test-tooling-container-disk, which kubevirtci
+# makes with alpine-make-vm-image and cloud-init): as alpine-make-vm-image lays a disk out, no
+# partition table, one ext4 filesystem (label root, no 64bit feature, as syslinux needs) on the
+# whole 200 MiB disk holding the root with /boot/vmlinuz-virt, /boot/initramfs-virt and
+# /boot/extlinux.conf (update-extlinux's, with the serial console, root=UUID=...). The console
+# behaves as the alpine stand-in's, except that cloud-init's meta-data `local-hostname` (the
+# VMI's name, which KubeVirt's NoCloud gives) names the host, as the original's cloud-init does:
+# `<hostname> login: `, root without a password, `<hostname>:~# ` (LoginToAlpine accepts
+# localhost or the VMI's name). Its test tool beyond the alpine stand-in's is Alpine's busybox
+# nc: Debian's busybox has the small nc (no -s, no -k, -e takes one word), Alpine's the full one
+# (CONFIG_NC_110_COMPAT), which KubeVirt's vmnetserver runs as
+# `nc -s ADDR -klp PORT -e sh -c "..."`. So /usr/bin/nc is busybox built with only that nc,
+# statically, from Debian's source package of busybox-static (the same version; fetched once by
+# `apt-get source` into the cache, see busybox_nc). No guest agent, no python3.
+#
+# SET_DIR receives, for NAME in alpine, cirros, fedora and alpine-test-tooling:
 #   standins/NAME/disk.qcow2        the disk (qcow2, compressed)
 #   standins/NAME/info.txt          root UUID, kernel release, sizes
 #   oci/NAME-containerdisk          the containerDisk (/disk/disk.qcow2)
+# and the Debian source it builds from stays in $FERROVIRT_GUEST_IMAGES_CACHE/src (default
+# /var/cache/ferrovirt/guest-images/src): busybox_<version>/ (the .dsc and its tarballs) and apt/
+# (the deb-src lists apt-get source reads).
 set -euo pipefail
 
 set_dir=$1
@@ -53,8 +71,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 epoch=${SOURCE_DATE_EPOCH:-0}
 export SOURCE_DATE_EPOCH=$epoch E2FSPROGS_FAKE_TIME=$((epoch > 0 ? epoch : 1))
 release=$(cat "$set_dir/stock/kernelrelease")
+src_cache=${FERROVIRT_GUEST_IMAGES_CACHE:-/var/cache/ferrovirt/guest-images}/src
 
 log() { echo "standins: $*"; }
+die() {
+    echo "standins: $*" >&2
+    exit 1
+}
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -128,9 +151,11 @@ publish_disk() {
     log "$name: done ($(du -k "$out/disk.qcow2" | cut -f1) KiB qcow2)"
 }
 
-build_alpine() {
-    local tree=$work/alpine root_uuid=5a1f1e2d-3c4b-4a59-8e7f-a1b2c3d4e5f6
-    log "alpine: the root tree (the tiny guest's busybox system, as Alpine's console has it)"
+# alpine_tree TREE ROOT_UUID IMAGE: the tiny guest's busybox system in TREE as Alpine's console
+# has it (root without a password, host name localhost, the prompt \h:\w\$ ), its /etc/issue
+# naming the KubeVirt IMAGE it stands in for, its fstab mounting ROOT_UUID.
+alpine_tree() {
+    local tree=$1 root_uuid=$2 image=$3
     stock_tree "$tree"
     rm -rf "$tree/home/cirros"
     cat >"$tree/etc/passwd" <<'PASSWD'
@@ -145,9 +170,9 @@ GROUP
     echo localhost >"$tree/etc/hostname"
     printf '127.0.0.1\tlocalhost localhost.localdomain\n::1\t\tlocalhost localhost.localdomain\n' \
         >"$tree/etc/hosts"
-    cat >"$tree/etc/issue" <<'ISSUE'
-Welcome to Alpine Linux (Ferrovirt's stand-in for KubeVirt's alpine-container-disk-demo)
-Kernel \r on an \m (\l)
+    cat >"$tree/etc/issue" <<ISSUE
+Welcome to Alpine Linux (Ferrovirt's stand-in for KubeVirt's $image)
+Kernel \\r on an \\m (\\l)
 
 ISSUE
     cat >"$tree/etc/profile" <<'PROFILE'
@@ -156,17 +181,24 @@ export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 export PS1='\h:$(d=$PWD; [ "$d" = "$HOME" ] && d="~"; echo "$d")\$ '
 cd "$HOME" 2>/dev/null
 PROFILE
-    # Alpine's hostname is its own: the DHCP lease's does not replace it.
+    # Alpine's hostname is its own: the DHCP lease's does not replace it (cloud-init's
+    # local-hostname does).
     touch "$tree/etc/ferrovirt-keep-hostname"
     cat >"$tree/etc/fstab" <<FSTAB
 UUID=$root_uuid / ext4 rw,relatime 0 1
 FSTAB
+}
 
-    log "alpine: /boot (Debian's stock kernel $release, an initramfs, extlinux.conf)"
+# alpine_boot TREE ROOT_UUID SERIAL APPEND: Alpine's /boot in TREE, Debian's stock kernel as
+# vmlinuz-virt, an initramfs as initramfs-virt, and extlinux.conf as update-extlinux writes it
+# (SERIAL: its SERIAL line, or empty; APPEND: the kernel arguments after root=UUID=ROOT_UUID).
+alpine_boot() {
+    local tree=$1 root_uuid=$2 serial=$3 append=$4
     mkdir -p "$tree/boot"
     cp "$set_dir/stock/vmlinuz" "$tree/boot/vmlinuz-virt"
     boot_initramfs "$tree" "$tree/boot/initramfs-virt"
-    cat >"$tree/boot/extlinux.conf" <<EXTLINUX
+    {
+        cat <<'EXTLINUX'
 # Generated as Alpine's update-extlinux writes it.
 DEFAULT menu.c32
 PROMPT 0
@@ -174,16 +206,140 @@ MENU TITLE Alpine/Linux Boot Menu
 MENU HIDDEN
 MENU AUTOBOOT Alpine will be booted automatically in # seconds.
 TIMEOUT 10
+EXTLINUX
+        [ -z "$serial" ] || echo "$serial"
+        cat <<EXTLINUX
 LABEL virt
   MENU DEFAULT
   MENU LABEL Linux virt
   LINUX vmlinuz-virt
   INITRD initramfs-virt
-  APPEND root=UUID=$root_uuid modules=sd-mod,usb-storage,ext4 quiet rootfstype=ext4 console=ttyS0,115200
+  APPEND root=UUID=$root_uuid $append
 
 MENU SEPARATOR
 EXTLINUX
+    } >"$tree/boot/extlinux.conf"
+}
+
+build_alpine() {
+    local tree=$work/alpine root_uuid=5a1f1e2d-3c4b-4a59-8e7f-a1b2c3d4e5f6
+    log "alpine: the root tree (the tiny guest's busybox system, as Alpine's console has it)"
+    alpine_tree "$tree" "$root_uuid" alpine-container-disk-demo
+    log "alpine: /boot (Debian's stock kernel $release, an initramfs, extlinux.conf)"
+    alpine_boot "$tree" "$root_uuid" "" \
+        "modules=sd-mod,usb-storage,ext4 quiet rootfstype=ext4 console=ttyS0,115200"
     mbr_disk alpine "$tree" ext4 "$root_uuid" alpine-root 128 0x5a1f1e2d
+}
+
+# deb_src_stanza STANZA: a deb822 stanza of the host's APT sources as deb-src, when it is an
+# enabled entry of a Debian archive (a URI ending in /debian or /debian-security).
+deb_src_stanza() {
+    grep -qE '^Types:.*[[:space:]]deb([[:space:]]|$)' <<<"$1" || return 0
+    grep -qE '^URIs:.*/debian(-security)?/?([[:space:]]|$)' <<<"$1" || return 0
+    ! grep -qiE '^Enabled:[[:space:]]*no' <<<"$1" || return 0
+    sed -E 's/^Types:.*/Types: deb-src/' <<<"$1"
+}
+
+# deb_src_sources DIR: this host's Debian archives as deb-src entries in DIR, its deb822 sources
+# in debian-src.sources and its one-line entries in debian-src.list.
+deb_src_sources() {
+    local dir=$1 file line stanza
+    for file in /etc/apt/sources.list.d/*.sources; do
+        [ -f "$file" ] || continue
+        stanza=
+        while IFS= read -r line || [ -n "$line" ]; do
+            if [ -n "${line//[[:space:]]/}" ]; then
+                stanza+=$line$'\n'
+            elif [ -n "$stanza" ]; then
+                deb_src_stanza "$stanza"
+                stanza=
+            fi
+        done <"$file"
+        [ -z "$stanza" ] || deb_src_stanza "$stanza"
+    done >"$dir/debian-src.sources"
+    for file in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+        [ -f "$file" ] || continue
+        { grep -E '^deb[[:space:]]' "$file" || true; } |
+            { grep -E '/debian(-security)?/?[[:space:]]' || true; } |
+            sed -E 's/^deb[[:space:]]/deb-src /'
+    done >"$dir/debian-src.list"
+    [ -s "$dir/debian-src.list" ] || rm "$dir/debian-src.list"
+    [ -s "$dir/debian-src.sources" ] || rm "$dir/debian-src.sources"
+    [ -e "$dir/debian-src.sources" ] || [ -e "$dir/debian-src.list" ] ||
+        die "no Debian archive in this host's APT sources to fetch a source package from"
+}
+
+# busybox_source: the path of the .dsc of Debian's source package that busybox-static was built
+# from (its very version), fetched once into $src_cache by apt-get source, from a deb-src list of
+# this host's Debian archives kept apart from the host's own APT lists (apt checks the .dsc
+# against the signed Sources index; dpkg-source -x checks the tarballs against the .dsc).
+busybox_source() {
+    local package version dir apt_dir opts
+    read -r package version < <(dpkg-query -W -f='${source:Package} ${source:Version}\n' busybox-static)
+    [ -n "$version" ] || die "busybox-static is not installed"
+    dir=$src_cache/${package}_${version#*:}
+    if [ ! -f "$dir/.complete" ]; then
+        log "alpine-test-tooling: Debian's source of $package $version (apt-get source, once)" >&2
+        apt_dir=$src_cache/apt
+        rm -rf "$dir" "$apt_dir"
+        mkdir -p "$dir" "$apt_dir/sources" "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial"
+        deb_src_sources "$apt_dir/sources"
+        opts=(-q -o Dir::Etc::SourceList=/dev/null -o "Dir::Etc::SourceParts=$apt_dir/sources"
+            -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache"
+            -o APT::Sandbox::User=root)
+        apt-get "${opts[@]}" update >"$apt_dir/update.log" 2>&1 ||
+            { cat "$apt_dir/update.log" >&2; die "apt-get update of the deb-src lists failed"; }
+        (cd "$dir" && apt-get "${opts[@]}" source --download-only "$package=$version") \
+            >"$apt_dir/source.log" 2>&1 ||
+            { cat "$apt_dir/source.log" >&2; die "apt-get source $package=$version failed"; }
+        touch "$dir/.complete"
+    fi
+    echo "$dir/${package}_${version#*:}.dsc"
+}
+
+# busybox_nc OUT: busybox with the one applet nc as Alpine's busybox has it (CONFIG_NC_SERVER,
+# NC_EXTRA, NC_110_COMPAT: -l -k -p -s -e PROG ARGS..., -u, -w, -v; IPv6), linked statically
+# from Debian's busybox source with its patches, reproducibly (SOURCE_DATE_EPOCH), into OUT.
+# Named nc, it runs nc.
+busybox_nc() {
+    local out=$1 dsc src option
+    dsc=$(busybox_source)
+    src=$work/busybox-src
+    dpkg-source -x "$dsc" "$src" >"$work/dpkg-source.log" 2>&1 ||
+        { cat "$work/dpkg-source.log" >&2; die "dpkg-source -x $dsc failed"; }
+    (
+        cd "$src"
+        make -s allnoconfig >/dev/null
+        for option in STATIC NC NC_SERVER NC_EXTRA NC_110_COMPAT FEATURE_IPV6 LFS; do
+            sed -i "s/^# CONFIG_$option is not set\$/CONFIG_$option=y/" .config
+        done
+        make -s oldconfig </dev/null >/dev/null
+        for option in STATIC NC NC_SERVER NC_EXTRA NC_110_COMPAT FEATURE_IPV6; do
+            grep -qx "CONFIG_$option=y" .config || die "busybox's .config has no CONFIG_$option=y"
+        done
+        make -s -j"$(nproc)" busybox >"$work/busybox-make.log" 2>&1 ||
+            { cat "$work/busybox-make.log" >&2; die "building busybox's nc failed"; }
+    )
+    install -m 0755 "$src/busybox" "$out"
+}
+
+build_alpine_test_tooling() {
+    local name=alpine-test-tooling tree=$work/alpine-test-tooling raw=$work/alpine-test-tooling.img
+    local root_uuid=a1e57d00-7e57-4a11-8c0d-15c0ffee0001 disk_mib=200
+    log "$name: the root tree (the alpine stand-in's system, cloud-init's host name, Alpine's nc)"
+    alpine_tree "$tree" "$root_uuid" alpine-with-test-tooling-container-disk
+    rm -f "$tree/usr/bin/nc"
+    busybox_nc "$tree/usr/bin/nc"
+    log "$name: /boot (Debian's stock kernel $release, an initramfs, extlinux.conf with the serial console)"
+    alpine_boot "$tree" "$root_uuid" "SERIAL 0 115200" \
+        "modules=sd-mod,usb-storage,ext4 console=ttyS0 rootfstype=ext4"
+    log "$name: the disk (ext4 on the whole disk, no partition table, $disk_mib MiB)"
+    find "$tree" -exec touch -h -d "@$epoch" {} +
+    mkfs.ext4 -q -F -L root -U "$root_uuid" -O ^64bit \
+        -E "root_owner=0:0,hash_seed=$root_uuid" -d "$tree" "$raw" "${disk_mib}M"
+    publish_disk "$name" "$raw" "image=alpine-with-test-tooling-container-disk" \
+        "root_uuid=$root_uuid" "root_fstype=ext4" "partition_table=none" "disk_mib=$disk_mib" \
+        "nc=busybox $(dpkg-query -W -f='${source:Version}' busybox-static) (nc only, NC_110_COMPAT)"
 }
 
 build_cirros() {
@@ -392,3 +548,4 @@ gcc -static -Os -Wall -Wextra -Werror -s -o "$work/sudo" "$here/sudo.c"
 build_alpine
 build_cirros
 build_fedora
+build_alpine_test_tooling
