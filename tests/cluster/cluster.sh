@@ -37,7 +37,8 @@ usage: $0 COMMAND [ARGS]
                          quay.io/kubevirt/cirros-container-disk-demo:latest and :devel,
                          quay.io/kubevirt/ferrovirt-kernel-boot:latest,
                          quay.io/kubevirt/alpine-container-disk-demo:latest,
-                         quay.io/kubevirt/fedora-with-test-tooling-container-disk:latest and :devel)
+                         quay.io/kubevirt/fedora-with-test-tooling-container-disk:latest and :devel,
+                         quay.io/kubevirt/alpine-with-test-tooling-container-disk:latest and :devel)
   kubectl ARGS...        the cluster's kubectl (v${KUBE_VERSION#v}) as cluster-admin
   kubeconfig             print the admin kubeconfig's path
   env                    print shell exports: KUBECONFIG and PATH to kubectl

@@ -143,6 +143,8 @@ GUEST_IMAGE_REFS=(
     "oci/alpine-containerdisk quay.io/kubevirt/alpine-container-disk-demo:latest"
     "oci/fedora-containerdisk quay.io/kubevirt/fedora-with-test-tooling-container-disk:latest"
     "oci/fedora-containerdisk quay.io/kubevirt/fedora-with-test-tooling-container-disk:devel"
+    "oci/alpine-test-tooling-containerdisk quay.io/kubevirt/alpine-with-test-tooling-container-disk:latest"
+    "oci/alpine-test-tooling-containerdisk quay.io/kubevirt/alpine-with-test-tooling-container-disk:devel"
 )
 
 # layout_digest DIR: the digest of the first manifest of an OCI layout's index.
