@@ -51,11 +51,14 @@
 # VMI's name, which KubeVirt's NoCloud gives) names the host, as the original's cloud-init does:
 # `<hostname> login: `, root without a password, `<hostname>:~# ` (LoginToAlpine accepts
 # localhost or the VMI's name). Its test tool beyond the alpine stand-in's is Alpine's busybox
-# nc: Debian's busybox has the small nc (no -s, no -k, -e takes one word), Alpine's the full one
-# (CONFIG_NC_110_COMPAT), which KubeVirt's vmnetserver runs as
-# `nc -s ADDR -klp PORT -e sh -c "..."`. So /usr/bin/nc is busybox built with only that nc,
-# statically, from Debian's source package of busybox-static (the same version; fetched once by
-# `apt-get source` into the cache, see busybox_nc). No guest agent, no python3.
+# nc: Debian's busybox-static has the small nc (no -s, no -k, -e takes one word), Alpine's
+# busybox the full one (CONFIG_NC_110_COMPAT), which KubeVirt's vmnetserver runs as
+# `nc -s ADDR -klp PORT -e sh -c "..."`. Debian's static busybox runs its own applets before
+# anything on PATH (FEATURE_SH_STANDALONE), so an nc beside it would never be run by its shell:
+# /bin/busybox is busybox-static rebuilt from Debian's source package of it (the same version,
+# its patches and its static configuration) with CONFIG_NC_110_COMPAT added, the only change
+# (see busybox_full_nc; the source is fetched once by `apt-get source`, the binary cached). No
+# guest agent, no python3.
 #
 # SET_DIR receives, for NAME in alpine, cirros, fedora and alpine-test-tooling:
 #   standins/NAME/disk.qcow2        the disk (qcow2, compressed)
@@ -297,30 +300,50 @@ busybox_source() {
     echo "$dir/${package}_${version#*:}.dsc"
 }
 
-# busybox_nc OUT: busybox with the one applet nc as Alpine's busybox has it (CONFIG_NC_SERVER,
-# NC_EXTRA, NC_110_COMPAT: -l -k -p -s -e PROG ARGS..., -u, -w, -v; IPv6), linked statically
-# from Debian's busybox source with its patches, reproducibly (SOURCE_DATE_EPOCH), into OUT.
-# Named nc, it runs nc.
-busybox_nc() {
-    local out=$1 dsc src option
+# busybox_full_nc OUT: Debian's busybox-static as its source package builds it (its patches, its
+# debian/config/pkg/static, -Os, static) with CONFIG_NC_110_COMPAT=y added, so that its nc is
+# Alpine's full one (-l -k -p -s -e PROG ARGS..., -u, -w, -v). Reproducible (SOURCE_DATE_EPOCH,
+# no timestamp in its configuration); built once per source version and configuration, and kept
+# beside the source in $src_cache.
+busybox_full_nc() {
+    local out=$1 dsc version src build key cached
     dsc=$(busybox_source)
+    version=$(dpkg-query -W -f='${source:Version}' busybox-static)
     src=$work/busybox-src
     dpkg-source -x "$dsc" "$src" >"$work/dpkg-source.log" 2>&1 ||
         { cat "$work/dpkg-source.log" >&2; die "dpkg-source -x $dsc failed"; }
-    (
-        cd "$src"
-        make -s allnoconfig >/dev/null
-        for option in STATIC NC NC_SERVER NC_EXTRA NC_110_COMPAT FEATURE_IPV6 LFS; do
-            sed -i "s/^# CONFIG_$option is not set\$/CONFIG_$option=y/" .config
-        done
-        make -s oldconfig </dev/null >/dev/null
-        for option in STATIC NC NC_SERVER NC_EXTRA NC_110_COMPAT FEATURE_IPV6; do
-            grep -qx "CONFIG_$option=y" .config || die "busybox's .config has no CONFIG_$option=y"
-        done
-        make -s -j"$(nproc)" busybox >"$work/busybox-make.log" 2>&1 ||
-            { cat "$work/busybox-make.log" >&2; die "building busybox's nc failed"; }
-    )
-    install -m 0755 "$src/busybox" "$out"
+    build=$work/busybox-build
+    mkdir -p "$build"
+    cat "$src/debian/config/os/linux" "$src/debian/config/pkg/static" >"$build/.config"
+    grep -qx '# CONFIG_NC_110_COMPAT is not set' "$build/.config" ||
+        die "Debian's static busybox configuration does not leave out CONFIG_NC_110_COMPAT"
+    sed -i 's/^# CONFIG_NC_110_COMPAT is not set$/CONFIG_NC_110_COMPAT=y/' "$build/.config"
+    key=$( (
+        cat "$dsc" "$build/.config"
+        declare -f busybox_full_nc
+    ) | sha256sum | cut -c1-16)
+    cached=$(dirname "$dsc")/busybox-nc110-$key
+    if [ ! -f "$cached" ]; then
+        log "alpine-test-tooling: building busybox $version (Debian's static configuration and CONFIG_NC_110_COMPAT)"
+        (
+            export KCONFIG_NOTIMESTAMP=1
+            { yes "" || true; } | make -s -C "$build" -f "$src/Makefile" KBUILD_SRC="$src" silentoldconfig \
+                >"$work/busybox-config.log" 2>&1 ||
+                { cat "$work/busybox-config.log" >&2; die "busybox's silentoldconfig failed"; }
+            for option in STATIC NC NC_SERVER NC_EXTRA NC_110_COMPAT FEATURE_SH_STANDALONE; do
+                grep -qx "CONFIG_$option=y" "$build/.config" ||
+                    die "busybox's .config has no CONFIG_$option=y"
+            done
+            make -s -C "$build" -j"$(nproc)" busybox \
+                BB_EXTRA_VERSION="Debian $version with CONFIG_NC_110_COMPAT" \
+                >"$work/busybox-make.log" 2>&1 ||
+                { cat "$work/busybox-make.log" >&2; die "building busybox failed"; }
+        )
+        diff <("$build/busybox" --list) <(/bin/busybox --list) >&2 ||
+            die "the rebuilt busybox's applets are not busybox-static's"
+        install -m 0755 "$build/busybox" "$cached.tmp" && mv "$cached.tmp" "$cached"
+    fi
+    install -m 0755 "$cached" "$out"
 }
 
 build_alpine_test_tooling() {
@@ -328,8 +351,7 @@ build_alpine_test_tooling() {
     local root_uuid=a1e57d00-7e57-4a11-8c0d-15c0ffee0001 disk_mib=200
     log "$name: the root tree (the alpine stand-in's system, cloud-init's host name, Alpine's nc)"
     alpine_tree "$tree" "$root_uuid" alpine-with-test-tooling-container-disk
-    rm -f "$tree/usr/bin/nc"
-    busybox_nc "$tree/usr/bin/nc"
+    busybox_full_nc "$tree/bin/busybox"
     log "$name: /boot (Debian's stock kernel $release, an initramfs, extlinux.conf with the serial console)"
     alpine_boot "$tree" "$root_uuid" "SERIAL 0 115200" \
         "modules=sd-mod,usb-storage,ext4 console=ttyS0 rootfstype=ext4"
@@ -339,7 +361,7 @@ build_alpine_test_tooling() {
         -E "root_owner=0:0,hash_seed=$root_uuid" -d "$tree" "$raw" "${disk_mib}M"
     publish_disk "$name" "$raw" "image=alpine-with-test-tooling-container-disk" \
         "root_uuid=$root_uuid" "root_fstype=ext4" "partition_table=none" "disk_mib=$disk_mib" \
-        "nc=busybox $(dpkg-query -W -f='${source:Version}' busybox-static) (nc only, NC_110_COMPAT)"
+        "busybox=$(dpkg-query -W -f='${source:Version}' busybox-static) static, CONFIG_NC_110_COMPAT=y"
 }
 
 build_cirros() {
