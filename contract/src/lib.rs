@@ -16,6 +16,8 @@
 //!   validation and by the launcher alike.
 //! - [`podnet`]: the masquerade binding's pod network and its split: what virt-handler sets up
 //!   in the launcher Pod's network namespace, what the launcher does there without privileges.
+//! - [`smbios`]: what the guest's SMBIOS System Information may hold (`firmware.uuid` and
+//!   `firmware.serial`), as virt-api admits it and the VMM writes it.
 //! - [`capability`]: the node's KVM capability probe (the handler labels the node with it, the
 //!   launcher chooses its backend by it).
 //!
@@ -36,5 +38,6 @@ pub mod podnet;
 #[cfg(feature = "grpc")]
 pub mod proto;
 pub mod resources;
+pub mod smbios;
 pub mod sockets;
 pub mod version;
