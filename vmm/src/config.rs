@@ -47,6 +47,10 @@ pub struct VmConfig {
     /// How the virtio devices reach the guest; PCI (with ACPI) unless the config says otherwise.
     #[serde(default)]
     pub transport: Transport,
+    /// What the guest's SMBIOS tables say about the machine (`/sys/class/dmi/id/`); none when
+    /// unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub smbios: Option<SmbiosConfig>,
 }
 
 /// How the virtio devices reach the guest.
@@ -115,6 +119,7 @@ impl Default for VmConfig {
             vsock: None,
             agent: None,
             transport: Transport::default(),
+            smbios: None,
         }
     }
 }
@@ -275,6 +280,57 @@ pub struct AgentChannelConfig {
     pub socket: PathBuf,
 }
 
+/// The SMBIOS System Information (type 1) of the VM, and the BIOS Information (type 0) beside
+/// it: KubeVirt's `firmware.uuid` and `firmware.serial` and the KubeVirt CR's `smBIOS`
+/// settings. Unset strings are left out of the tables (the guest reads "not specified").
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SmbiosConfig {
+    /// The system UUID, `8-4-4-4-12` hexadecimal digits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manufacturer: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub product: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sku: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub family: Option<String>,
+}
+
+impl SmbiosConfig {
+    /// The strings of the System Information by name, in the table's order.
+    pub fn strings(&self) -> [(&'static str, Option<&str>); 6] {
+        [
+            ("manufacturer", self.manufacturer.as_deref()),
+            ("product", self.product.as_deref()),
+            ("version", self.version.as_deref()),
+            ("serial", self.serial.as_deref()),
+            ("sku", self.sku.as_deref()),
+            ("family", self.family.as_deref()),
+        ]
+    }
+
+    fn validate(&self) -> Result<(), ValidationError> {
+        if let Some(uuid) = &self.uuid {
+            if contract::smbios::parse_uuid(uuid).is_none() {
+                return Err(ValidationError::SmbiosUuid(uuid.clone()));
+            }
+        }
+        for (field, value) in self.strings() {
+            if let Some(problem) = value.and_then(contract::smbios::string_problem) {
+                return Err(ValidationError::SmbiosString { field, problem });
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Why a `VmConfig` cannot run.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ValidationError {
@@ -311,6 +367,13 @@ pub enum ValidationError {
     AgentSocketTooLong { path: PathBuf, len: usize },
     #[error("serial and console both use the VMM's stdin/stdout")]
     TwoTtys,
+    #[error("smbios.uuid {0:?} is not a UUID (8-4-4-4-12 hexadecimal digits)")]
+    SmbiosUuid(String),
+    #[error("smbios.{field} {problem}")]
+    SmbiosString {
+        field: &'static str,
+        problem: String,
+    },
     #[error("{count} virtio devices, more than the {max} the {transport} transport has room for")]
     TooManyDevices {
         transport: Transport,
@@ -401,6 +464,9 @@ impl VmConfig {
                     len,
                 });
             }
+        }
+        if let Some(smbios) = &self.smbios {
+            smbios.validate()?;
         }
         if self.serial == ConsoleConfig::Tty && self.console == ConsoleConfig::Tty {
             return Err(ValidationError::TwoTtys);

@@ -318,3 +318,43 @@ fn mac_parsing() {
         assert_eq!(parse_mac(bad), None, "{bad}");
     }
 }
+
+#[test]
+fn smbios_values_must_fit_the_tables() {
+    let with = |smbios: SmbiosConfig| VmConfig {
+        smbios: Some(smbios),
+        ..vm()
+    };
+    let good = SmbiosConfig {
+        uuid: Some("5b1e36ba-1b7b-4d6a-9a65-0f2cd1c2ad63".into()),
+        serial: Some("serial-1".into()),
+        manufacturer: Some("KubeVirt".into()),
+        ..SmbiosConfig::default()
+    };
+    assert_eq!(with(good.clone()).validate(), Ok(()));
+    assert_eq!(
+        with(SmbiosConfig {
+            uuid: Some("fake-uuid".into()),
+            ..good.clone()
+        })
+        .validate(),
+        Err(ValidationError::SmbiosUuid("fake-uuid".into()))
+    );
+    let nul = with(SmbiosConfig {
+        family: Some("a\0b".into()),
+        ..good
+    })
+    .validate()
+    .unwrap_err();
+    assert!(
+        matches!(&nul, ValidationError::SmbiosString { field: "family", problem } if problem.contains("NUL")),
+        "{nul}"
+    );
+    let json = r#"{"payload":{"kernel":"/k"},"smbios":{"uuid":"5b1e36ba-1b7b-4d6a-9a65-0f2cd1c2ad63","serial":"s"}}"#;
+    let parsed: VmConfig = serde_json::from_str(json).unwrap();
+    assert_eq!(parsed.smbios.unwrap().serial.as_deref(), Some("s"));
+    assert!(serde_json::from_str::<VmConfig>(
+        r#"{"payload":{"kernel":"/k"},"smbios":{"asset":"x"}}"#
+    )
+    .is_err());
+}

@@ -41,6 +41,7 @@ pub mod payload;
 pub mod poison;
 pub mod reset;
 pub mod seccomp;
+pub mod smbios;
 pub mod vmm;
 pub mod vstate;
 pub mod wire;

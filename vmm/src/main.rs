@@ -33,8 +33,8 @@ use std::time::Duration;
 use clap::Parser;
 use vmm::capability::{self, KvmCapability, NEEDS_HARDWARE_VIRT};
 use vmm::config::{
-    AgentChannelConfig, ConsoleConfig, DiskConfig, NetConfig, RngConfig, Transport, VmConfig,
-    VsockConfig,
+    AgentChannelConfig, ConsoleConfig, DiskConfig, NetConfig, RngConfig, SmbiosConfig, Transport,
+    VmConfig, VsockConfig,
 };
 use vmm::error::error_chain;
 use vmm::lifecycle::{ResetPolicy, VmExit};
@@ -74,6 +74,11 @@ struct Args {
     /// is this unix socket (the VMM listens on it).
     #[arg(long)]
     agent_socket: Option<PathBuf>,
+    /// An SMBIOS System Information field: KEY=VALUE, KEY one of uuid, serial, manufacturer,
+    /// product, version, sku and family (repeatable); the guest reads them in
+    /// /sys/class/dmi/id/.
+    #[arg(long)]
+    smbios: Vec<String>,
     /// Serial console: off, null, tty, file:PATH or socket:PATH.
     #[arg(long)]
     serial: Option<String>,
@@ -186,6 +191,23 @@ fn build_config(args: &Args) -> Result<VmConfig, String> {
         config.agent = Some(AgentChannelConfig {
             socket: socket.clone(),
         });
+    }
+    for spec in &args.smbios {
+        let (key, value) = spec
+            .split_once('=')
+            .ok_or_else(|| format!("bad --smbios {spec:?}: want KEY=VALUE"))?;
+        let smbios = config.smbios.get_or_insert_with(SmbiosConfig::default);
+        let field = match key {
+            "uuid" => &mut smbios.uuid,
+            "serial" => &mut smbios.serial,
+            "manufacturer" => &mut smbios.manufacturer,
+            "product" => &mut smbios.product,
+            "version" => &mut smbios.version,
+            "sku" => &mut smbios.sku,
+            "family" => &mut smbios.family,
+            _ => return Err(format!("bad --smbios {spec:?}: no SMBIOS field {key:?}")),
+        };
+        *field = Some(value.into());
     }
     if let Some(serial) = &args.serial {
         config.serial = parse_console(serial)?;

@@ -1,7 +1,7 @@
 //! Step 5 of building a VM, which every reset in place repeats: the boot payload in guest
 //! memory. `load_payload` loads the kernel, initramfs and command line (with the virtio-mmio
 //! entries; [`crate::loader`]), writes the ACPI tables of the PCI machine ([`crate::acpi`]), the
-//! zero page and the boot tables ([`crate::arch`]), and returns the kernel's 64-bit entry; a
+//! SMBIOS tables ([`crate::smbios`]), the zero page and the boot tables ([`crate::arch`]), and returns the kernel's 64-bit entry; a
 //! guestless VM gets the idle code and the boot tables instead.
 //!
 //! The builder (`builder`) calls it once the devices exist, and the reset thread (`reset`) calls
@@ -14,6 +14,7 @@ use crate::arch::{PCI_ECAM_SIZE, PCI_ECAM_START};
 use crate::config::PayloadConfig;
 use crate::guest_memory::GuestMemoryMmap;
 use crate::loader::{self, CmdlineError, LoadInitramfsError, LoadKernelError};
+use crate::smbios::{SmbiosError, SmbiosTables};
 
 /// Loading the payload failed. The builder reports each variant as the `builder::StartVmError`
 /// variant of the same name and message, a reset as the cause of its `Payload` error.
@@ -21,6 +22,8 @@ use crate::loader::{self, CmdlineError, LoadInitramfsError, LoadKernelError};
 pub enum PayloadError {
     #[error("ACPI tables")]
     Acpi(#[source] AcpiError),
+    #[error("SMBIOS tables")]
+    Smbios(#[source] SmbiosError),
     #[error("load kernel")]
     LoadKernel(#[source] LoadKernelError),
     #[error("load initramfs")]
@@ -45,13 +48,14 @@ pub(crate) enum Platform {
 }
 
 /// Step 5: loads the kernel, initramfs and command line (with the virtio-mmio entries), writes
-/// the ACPI tables (PCI machine), the zero page and boot tables; returns the kernel's 64-bit
-/// entry.
+/// the ACPI tables (PCI machine), the SMBIOS tables (when the VM has them), the zero page and
+/// boot tables; returns the kernel's 64-bit entry.
 pub(crate) fn load_payload(
     mem: &GuestMemoryMmap,
     payload: &PayloadConfig,
     memory_size: u64,
     platform: &Platform,
+    smbios: Option<&SmbiosTables>,
 ) -> Result<u64, PayloadError> {
     if payload.guestless {
         // No kernel, so no zero page, command line or ACPI tables: the idle code and the page
@@ -68,6 +72,9 @@ pub(crate) fn load_payload(
         ),
         None => None,
     };
+    if let Some(tables) = smbios {
+        tables.write(mem).map_err(PayloadError::Smbios)?;
+    }
     let (virtio_slots, info) = match platform {
         Platform::Mmio { slots } => (slots.as_slice(), PlatformInfo::default()),
         Platform::Pci { acpi } => {
@@ -114,6 +121,7 @@ mod tests {
             &PayloadConfig::guestless(),
             MIN_MEMORY_BYTES,
             &Platform::Mmio { slots: Vec::new() },
+            None,
         )
         .expect("load the guestless payload");
         assert_eq!(entry, loader::IDLE_CODE_START);

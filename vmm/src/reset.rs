@@ -38,6 +38,7 @@ use crate::error::error_chain;
 use crate::guest_memory::GuestMemoryMmap;
 use crate::lifecycle::{Requested, RunControl, VmExit};
 use crate::payload::{load_payload, PayloadError, Platform};
+use crate::smbios::SmbiosTables;
 use crate::vmm::{Devices, VcpuThreads, KICK_INTERVAL};
 use crate::vstate::state::{restore_vcpu, restore_vm, RestoreStateError};
 use crate::vstate::vcpu::{configure_boot, lock_vcpu, ConfigureVcpuError, SharedVcpuFd};
@@ -68,6 +69,8 @@ pub(crate) struct PowerOnState {
     pub memory_size: u64,
     /// The virtio-mmio windows announced on the command line, or the ACPI tables.
     pub platform: Platform,
+    /// The SMBIOS tables, when the VM has them.
+    pub smbios: Option<SmbiosTables>,
 }
 
 /// Everything the reset thread works on.
@@ -186,6 +189,7 @@ impl ResetWorker {
             &self.power_on.payload,
             self.power_on.memory_size,
             &self.power_on.platform,
+            self.power_on.smbios.as_ref(),
         )
         .map_err(ResetError::Payload)?;
         for (id, (fd, state)) in self.vcpu_fds.iter().zip(&self.power_on.vcpus).enumerate() {

@@ -174,11 +174,13 @@ fn sigterm_to_the_vmm_command_shuts_the_linux_guest_down() {
 
 /// The tiny root disk's filesystem UUID (fixed by `guest-images/tiny/build-tiny.sh`).
 const ROOTDISK_UUID: &str = "3c4c5cf2-47b6-4c1f-8e0a-6f3c0d1e2a01";
+/// The SMBIOS system UUID the VM is given (`--smbios uuid=`).
+const SMBIOS_UUID: &str = "5d307ca9-b3ef-428c-8861-06e72d69f223";
 
 /// Boots Debian's stock cloud kernel and its initramfs (`stock/`) on the PCI machine with the
 /// `vmm` command: a copy of the tiny root disk found by `root=UUID=`, a seed disk, a NIC on
-/// tap `fvtap0`, virtio-rng and the guest agent channel on `<run>-agent.sock`; returns the
-/// child and its serial log's path.
+/// tap `fvtap0`, virtio-rng, the guest agent channel on `<run>-agent.sock` and SMBIOS tables
+/// with [`SMBIOS_UUID`]; returns the child and its serial log's path.
 fn spawn_stock_kernel(dir: &Path, vmm_bin: &Path, run: &str) -> (std::process::Child, PathBuf) {
     let serial = dir.join(format!("{run}.log"));
     let root = dir.join(format!("{run}-root.img"));
@@ -200,6 +202,13 @@ fn spawn_stock_kernel(dir: &Path, vmm_bin: &Path, run: &str) -> (std::process::C
             dir.join(format!("{run}-seed/cidata.iso")).display()
         ))
         .args(["--net", "fvtap0,52:54:00:12:34:57"])
+        .args([
+            "--smbios",
+            &format!("uuid={SMBIOS_UUID}"),
+            "--smbios",
+            "serial=fv-serial-stock",
+        ])
+        .args(["--smbios", "manufacturer=KubeVirt"])
         .arg("--agent-socket")
         .arg(dir.join(format!("{run}-agent.sock")))
         .arg("--serial")
@@ -225,6 +234,7 @@ fn debians_stock_kernel_boots_on_the_pci_machine_and_powers_off() {
     let report = r#"echo "NESTED-ROOT $(awk '$2 == "/" {print $1}' /proc/mounts | tail -n 1)"
 echo "NESTED-PCI $(for d in /sys/bus/pci/devices/*; do basename "$(readlink "$d/driver")"; done | sort | uniq -c | tr -s ' \n' '  ')"
 echo "NESTED-MSIX $(grep -c PCI-MSI /proc/interrupts)"
+echo "NESTED-DMI $(cd /sys/class/dmi/id && cat product_uuid product_serial sys_vendor | tr '\n' ' ')"
 if ping -c 2 -W 5 10.78.0.1 >/dev/null 2>&1; then echo "NESTED-NET ok"; else echo "NESTED-NET failed"; fi
 agent=$(for f in /sys/class/virtio-ports/*/name; do [ "$(cat "$f" 2>/dev/null)" = org.qemu.guest_agent.0 ] && basename "$(dirname "$f")"; done)
 echo "NESTED-AGENT-PORT ${agent:-none}"
@@ -269,6 +279,11 @@ echo "NESTED-AGENT-PORT ${agent:-none}"
             .parse()
             .unwrap_or(0);
         assert!(msix > 0, "no MSI-X interrupts in /proc/interrupts");
+        // The SMBIOS tables the VMM wrote at 0xf0000, as the guest's DMI driver read them.
+        assert_eq!(
+            wait_line(&serial, "NESTED-DMI ", Duration::from_secs(30)).trim_end(),
+            format!("{SMBIOS_UUID} fv-serial-stock KubeVirt")
+        );
         assert_eq!(
             wait_line(&serial, "NESTED-NET ", Duration::from_secs(60)),
             "ok"

@@ -17,7 +17,7 @@
 //! 6. the DSDT ([`dsdt`]) holds the PCI root bridge (its resources and INTx routing), the
 //!    motherboard resources (ECAM, PM ports), COM1 and `\_S5_`.
 //!
-//! Everything lies between 0xe0000 and 1 MiB, outside the RAM the e820 map reports.
+//! Everything lies between 0xe0000 and 0xf0000, outside the RAM the e820 map reports.
 
 pub mod dsdt;
 mod tables;
@@ -29,8 +29,9 @@ use crate::guest_memory::GuestMemoryMmap;
 
 /// Where the tables go: the RSDP first.
 pub const ACPI_START: u64 = 0xe_0000;
-/// The end of the BIOS area they must fit in.
-pub const ACPI_END: u64 = 0x10_0000;
+/// The end of the area they must fit in: the SMBIOS tables (`crate::smbios`) take the last
+/// 64 KiB below 1 MiB.
+pub const ACPI_END: u64 = 0xf_0000;
 pub const OEM_ID: [u8; 6] = *b"FRVIRT";
 pub const OEM_TABLE_ID: [u8; 8] = *b"FVMICROV";
 pub const OEM_REVISION: u32 = 1;
@@ -51,7 +52,7 @@ pub struct AcpiPlatform {
 /// Building or writing the tables failed.
 #[derive(Debug, thiserror::Error)]
 pub enum AcpiError {
-    #[error("the ACPI tables need {0} bytes, more than fit below 1 MiB")]
+    #[error("the ACPI tables need {0} bytes, more than fit below 0xf0000")]
     TooLarge(u64),
     #[error("write the ACPI tables")]
     Write(#[source] GuestMemoryError),

@@ -14,7 +14,8 @@
 //! | `0x100000..` | kernel (ELF segments at their physical addresses, or bzImage) |
 //! | top of low RAM | initramfs |
 //! | `0x9fc00..0xe0000` | EBDA, ISA hole (not RAM in the e820 map) |
-//! | `0xe0000..0x100000` | ACPI tables, RSDP first (PCI machine) |
+//! | `0xe0000..0xf0000` | ACPI tables, RSDP first (PCI machine) |
+//! | `0xf0000..0x100000` | SMBIOS entry point and tables |
 //! | `0xd0000000..` | virtio-mmio devices, 4 KiB each, IRQ 5 upwards (mmio machine) |
 //! | `0xd1000000..0xe0000000` | 32-bit PCI BAR window (PCI machine) |
 //! | `0xe0000000..0xe0100000` | PCI ECAM of bus 0, reserved in the e820 map (PCI machine) |

@@ -50,6 +50,7 @@ use crate::devices::virtio::{Interrupt, VirtioDevice};
 use crate::lifecycle::{ResetPolicy, RunControl};
 use crate::payload::{load_payload, PayloadError, Platform};
 use crate::reset::{PowerOnState, ResetWorker};
+use crate::smbios::SmbiosTables;
 use crate::vmm::{PciMachine, VcpuThreads, Vmm};
 use crate::vstate::memory::{create_guest_memory, MemoryError};
 use crate::vstate::state::{save_vm, KvmStateError};
@@ -137,6 +138,8 @@ pub(crate) struct Machine {
     /// The PCI root bus, ACPI PM and interrupt routing (PCI machine only).
     pub pci: Option<Arc<PciMachine>>,
     pub platform: Platform,
+    /// The SMBIOS tables step 5 writes, when the config has them.
+    pub smbios: Option<SmbiosTables>,
     pub vcpu_count: u8,
     console: Console,
     /// For a reset in place: the VM's power-on state and what step 5 loads.
@@ -160,6 +163,7 @@ pub fn build_and_boot_with(config: &VmConfig, policy: ResetPolicy) -> Result<Vmm
         &config.payload,
         config.memory.size,
         &machine.platform,
+        machine.smbios.as_ref(),
     )?;
     let vcpu_count = machine.vcpu_count;
     let vcpus = (0..vcpu_count)
@@ -181,6 +185,12 @@ pub fn build_and_boot_with(config: &VmConfig, policy: ResetPolicy) -> Result<Vmm
 /// Steps 1 to 4: memory, the KVM VM, legacy and virtio devices on their buses.
 pub(crate) fn build_machine(config: &VmConfig) -> Result<Machine, StartVmError> {
     config.validate().map_err(StartVmError::Validate)?;
+    let smbios = config
+        .smbios
+        .as_ref()
+        .map(SmbiosTables::build_in_place)
+        .transpose()
+        .map_err(|e| StartVmError::Payload(PayloadError::Smbios(e)))?;
 
     let mem = create_guest_memory(config.memory.size).map_err(StartVmError::Memory)?;
     let vm = Arc::new(Vm::new(&mem).map_err(StartVmError::CreateVm)?);
@@ -251,6 +261,7 @@ pub(crate) fn build_machine(config: &VmConfig) -> Result<Machine, StartVmError> 
         virtio,
         pci,
         platform,
+        smbios,
         vcpu_count,
         console,
         power_on_vm,
@@ -310,6 +321,7 @@ impl Machine {
                 payload: self.payload,
                 memory_size: self.memory_size,
                 platform: self.platform,
+                smbios: self.smbios,
             },
             migrating: vmm.migrating.clone(),
         };
