@@ -86,9 +86,11 @@ pub struct ResourceRequirements {
     pub other: Other,
 }
 
-/// Boot firmware (`v1.Firmware`). Without either field the launcher boots the kernel of the
-/// user's disk directly (no firmware runs); `bootloader` runs firmware (on QEMU), `kernelBoot`
-/// boots the kernel of a container image.
+/// Boot firmware (`v1.Firmware`). Without either of `bootloader` and `kernelBoot` the launcher
+/// boots the kernel of the user's disk directly (no firmware runs); `bootloader` runs firmware
+/// (on QEMU), `kernelBoot` boots the kernel of a container image. `uuid` and `serial` are the
+/// guest's SMBIOS system UUID and serial number (`/sys/class/dmi/id/product_uuid` and
+/// `product_serial`), on every backend.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Firmware {
@@ -96,6 +98,14 @@ pub struct Firmware {
     pub bootloader: Option<Bootloader>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_boot: Option<KernelBoot>,
+    /// The SMBIOS system UUID, `8-4-4-4-12` hexadecimal digits. A VM's VMI gets one derived
+    /// from the VM's name when the template has none (KubeVirt's legacy firmware UUID, stable
+    /// across restarts); a VMI of its own gets its `metadata.uid`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    /// The SMBIOS system serial number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial: Option<String>,
     #[serde(flatten)]
     pub other: Other,
 }

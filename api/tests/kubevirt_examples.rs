@@ -39,7 +39,6 @@ const TABLE: &[(&str, Outcome)] = &[
             "spec.domain.devices.tpm",
             "spec.domain.features",
             "spec.domain.firmware.bootloader.efi.secureBoot",
-            "spec.domain.firmware.uuid",
         ]),
     ),
 ];

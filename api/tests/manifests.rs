@@ -20,7 +20,6 @@ const TABLE: &[(&str, Outcome)] = &[
             "spec.domain.clock",
             "spec.domain.devices.interfaces[0].model",
             "spec.domain.devices.tpm",
-            "spec.domain.firmware.uuid",
         ]),
     ),
     ("vmirs-demo.yaml", Outcome::Accepted),

@@ -634,3 +634,39 @@ impl Pipe for Value {}
 
 #[path = "object_tests.rs"]
 mod objects;
+
+/// `firmware.uuid` and `firmware.serial`: a VMI must carry what its SMBIOS tables can hold; a
+/// VM's template may carry any string, as in KubeVirt (KubeVirt's clone tests give a VM
+/// `fake-uuid`), and the VMI made of it is refused.
+#[test]
+fn the_smbios_uuid_and_serial() {
+    let firmware = |value: Value| with(vmi(), "/spec/domain/firmware", value);
+    let uuid = "5d307ca9-b3ef-428c-8861-06e72d69f223";
+    check(vec![
+        (
+            "a UUID and a serial",
+            firmware(json!({"uuid": uuid, "serial": "serial-1"})),
+            vec![],
+        ),
+        (
+            "empty, as a clone leaves them",
+            firmware(json!({"uuid": "", "serial": ""})),
+            vec![],
+        ),
+        (
+            "a UUID that is not one",
+            firmware(json!({"uuid": "fake-uuid"})),
+            vec![("spec.domain.firmware.uuid", Invalid)],
+        ),
+        (
+            "a serial with a NUL",
+            firmware(json!({"serial": "a\u{0}b"})),
+            vec![("spec.domain.firmware.serial", Invalid)],
+        ),
+        (
+            "a VM with a UUID that is not one",
+            vm(json!({"template": {"spec": {"domain": {"firmware": {"uuid": "fake-uuid"}}}}})),
+            vec![],
+        ),
+    ]);
+}

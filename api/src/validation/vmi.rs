@@ -20,7 +20,39 @@ const CPU_MODELS: [&str; 2] = ["host-passthrough", "host-model"];
 pub fn validate_vmi(vmi: &VirtualMachineInstance) -> Result<(), Vec<FieldError>> {
     let mut errors = Vec::new();
     validate_vmi_spec(&vmi.spec, &Path::root("spec"), &mut errors);
+    validate_smbios(&vmi.spec.domain, &mut errors);
     into_result(errors)
+}
+
+/// What the guest's SMBIOS tables must be able to hold, checked where the VMI is created: a
+/// VM's template may carry any string, as in KubeVirt (whose libvirt refuses a malformed UUID
+/// only when the VMI starts); the VMI made of it is refused here with the field's path.
+fn validate_smbios(domain: &DomainSpec, errors: &mut Vec<FieldError>) {
+    let Some(firmware) = &domain.firmware else {
+        return;
+    };
+    let path = Path::root("spec").child("domain").child("firmware");
+    if let Some(uuid) = firmware.uuid.as_deref().filter(|u| !u.is_empty()) {
+        if contract::smbios::parse_uuid(uuid).is_none() {
+            errors.push(FieldError::invalid(
+                path.child("uuid"),
+                format!(
+                    "{uuid:?} is not a UUID (8-4-4-4-12 hexadecimal digits): it is the \
+                     guest's SMBIOS system UUID, 16 bytes"
+                ),
+            ));
+        }
+    }
+    if let Some(problem) = firmware
+        .serial
+        .as_deref()
+        .and_then(contract::smbios::string_problem)
+    {
+        errors.push(FieldError::invalid(
+            path.child("serial"),
+            format!("the SMBIOS serial number {problem}"),
+        ));
+    }
 }
 
 /// Validates an update of a VMI: the spec is immutable once created, as in KubeVirt.
