@@ -4,7 +4,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::json;
 
-use crate::vm::plan::{plan, vmi_for, VmiAction, VM_GENERATION_ANNOTATION};
+use crate::vm::plan::{legacy_firmware_uuid, plan, vmi_for, VmiAction, VM_GENERATION_ANNOTATION};
 
 fn now() -> Timestamp {
     "2026-11-29T12:00:00Z".parse().unwrap()
@@ -353,4 +353,45 @@ fn vmi_is_the_template_owned_by_the_vm() {
         (owner.kind.as_str(), owner.uid.as_str()),
         ("VirtualMachine", "vm-uid")
     );
+}
+
+/// The firmware UUID: KubeVirt's legacy one, the version 5 UUID of the VM's name (the values
+/// are Python's `uuid.uuid5(UUID("6a1a24a1-4061-4607-8bf4-a3963d0c5895"), name)`), unless the
+/// template sets one; a clone's empty UUID counts as none.
+#[test]
+fn the_vmi_gets_the_vms_legacy_firmware_uuid_unless_the_template_has_one() {
+    assert_eq!(
+        legacy_firmware_uuid("vm-cirros"),
+        "0d2a2043-41c0-59c3-9b17-025022203668"
+    );
+    let derived = legacy_firmware_uuid("vm1");
+    assert_eq!(derived, "133bf63e-9459-5126-9b21-b56e9b3d17b3");
+    let firmware_of = |vm: &VirtualMachine| {
+        let vmi = vmi_for(vm).unwrap();
+        vmi.spec.domain.firmware.unwrap()
+    };
+    assert_eq!(firmware_of(&vm("Always")).uuid, Some(derived.clone()));
+    let mut cleared = vm("Always");
+    let template = cleared.spec.template.spec.as_mut().unwrap();
+    template.domain.firmware = Some(api::domain::Firmware {
+        uuid: Some(String::new()),
+        serial: Some("s-1".into()),
+        ..Default::default()
+    });
+    let firmware = firmware_of(&cleared);
+    assert_eq!(firmware.uuid, Some(derived));
+    assert_eq!(firmware.serial.as_deref(), Some("s-1"));
+    let own = "5d307ca9-b3ef-428c-8861-06e72d69f223";
+    let template = cleared.spec.template.spec.as_mut().unwrap();
+    template.domain.firmware.as_mut().unwrap().uuid = Some(own.into());
+    assert_eq!(firmware_of(&cleared).uuid.as_deref(), Some(own));
+    // The VM itself is left as it is.
+    assert!(vm("Always")
+        .spec
+        .template
+        .spec
+        .unwrap()
+        .domain
+        .firmware
+        .is_none());
 }

@@ -310,11 +310,44 @@ fn vmi_generation(vmi: &VirtualMachineInstance) -> Option<i64> {
         .ok()
 }
 
-/// The VMI a VM runs: its template, named and owned by the VM.
+/// The namespace of legacy firmware UUIDs: virt-controller's `magicUUID`,
+/// 6a1a24a1-4061-4607-8bf4-a3963d0c5895.
+const FIRMWARE_UUID_NAMESPACE: [u8; 16] = [
+    0x6a, 0x1a, 0x24, 0xa1, 0x40, 0x61, 0x46, 0x07, 0x8b, 0xf4, 0xa3, 0x96, 0x3d, 0x0c, 0x58, 0x95,
+];
+
+/// The firmware UUID of a VM whose template has none: KubeVirt's `CalculateLegacyUUID`, the
+/// name-based UUID (RFC 4122 version 5, SHA-1) of the VM's name, so the guest sees the same
+/// system UUID at every start, and the same one it would see on KubeVirt.
+pub fn legacy_firmware_uuid(vm_name: &str) -> String {
+    let mut input = FIRMWARE_UUID_NAMESPACE.to_vec();
+    input.extend(vm_name.as_bytes());
+    let hash = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, &input);
+    let mut b = [0u8; 16];
+    b.copy_from_slice(&hash.as_ref()[..16]);
+    b[6] = (b[6] & 0x0f) | 0x50;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
+}
+
+/// The VMI a VM runs: its template, named and owned by the VM, with the VM's legacy firmware
+/// UUID when the template sets none.
 pub fn vmi_for(vm: &VirtualMachine) -> Option<VirtualMachineInstance> {
     use kube::Resource;
-    let spec = vm.spec.template.spec.clone()?;
+    let mut spec = vm.spec.template.spec.clone()?;
     let name = vm.metadata.name.clone()?;
+    let firmware = spec.domain.firmware.get_or_insert_with(Default::default);
+    if firmware.uuid.as_deref().unwrap_or_default().is_empty() {
+        firmware.uuid = Some(legacy_firmware_uuid(&name));
+    }
     let template_meta = vm.spec.template.metadata.clone().unwrap_or_default();
     let mut labels = template_meta.labels.unwrap_or_default();
     labels.insert(contract::labels::VMI_NAME.into(), name.clone());
