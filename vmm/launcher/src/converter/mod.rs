@@ -5,8 +5,8 @@
 //! It is made of one small piece per concern, each a pure function with its own table tests:
 //! [`cpu`], [`memory`], [`boot`] (kernel, initramfs, command line: kernelBoot, the kernel found
 //! on the boot disk, or the bundled kernel; or firmware), [`disks`] (with the volume
-//! plan of [`volumes`]), [`network`], [`console`] (serial, virtio console, vsock)
-//! and [`rng`]. [`convert`] calls them in that order and validates the result as a whole. A VMI
+//! plan of [`volumes`]), [`network`], [`console`] (serial, virtio console, vsock), [`rng`] and
+//! [`smbios`]. [`convert`] calls them in that order and validates the result as a whole. A VMI
 //! feature Ferrovirt cannot run is an error naming its field path; nothing is silently dropped.
 
 pub mod boot;
@@ -17,6 +17,7 @@ pub mod host;
 pub mod memory;
 pub mod network;
 pub mod rng;
+pub mod smbios;
 pub mod volumes;
 
 #[cfg(test)]
@@ -109,6 +110,7 @@ pub fn convert(vmi: &VirtualMachineInstance, facts: &HostFacts) -> Result<Conver
             socket: facts.run_dir.join(crate::backend::AGENT_SOCKET),
         }),
         transport: boot::transport(boot.choice.origin),
+        smbios: Some(smbios::smbios(vmi)),
     };
     config.validate().map_err(ConvertError::Config)?;
     Ok(Converted {

@@ -54,8 +54,13 @@ pub fn debian_cloud_image() -> DebianCloudImage {
 pub const USER: &str = "fvuser";
 pub const PASSWORD: &str = "fv-Secret-42";
 /// What the userData's runcmd prints to /dev/console: computed by the guest's shell, so the
-/// console shows it only if the command ran.
-pub const RUNCMD_MARKER: &str = "ferrovirt-runcmd-42";
+/// console shows it only if the command ran, followed by what the guest reads in its SMBIOS
+/// tables (`/sys/class/dmi/id/`): the VMI's firmware UUID and serial, KubeVirt's manufacturer.
+pub const RUNCMD_MARKER: &str =
+    "ferrovirt-runcmd-42 dmi=5d307ca9-b3ef-428c-8861-06e72d69f223 fv-serial-1 KubeVirt";
+/// The VMI's `firmware.uuid` and `firmware.serial`.
+pub const FIRMWARE_UUID: &str = "5d307ca9-b3ef-428c-8861-06e72d69f223";
+pub const FIRMWARE_SERIAL: &str = "fv-serial-1";
 pub const USER_DATA: &str = r#"#cloud-config
 users:
   - name: fvuser
@@ -68,11 +73,12 @@ chpasswd:
       password: fv-Secret-42
       type: text
 runcmd:
-  - [ sh, -c, 'echo "ferrovirt-runcmd-$((40 + 2))" > /dev/console' ]
+  - [ sh, -c, 'cd /sys/class/dmi/id; echo "ferrovirt-runcmd-$((40 + 2)) dmi=$(cat product_uuid) $(cat product_serial) $(cat sys_vendor)" > /dev/console' ]
 "#;
 
 /// The VMI of the image: the image as a containerDisk, the userData above as its cloud-init
-/// seed, no network; `firmware` is its `spec.domain.firmware`, when it has one.
+/// seed, no network, [`FIRMWARE_UUID`] and [`FIRMWARE_SERIAL`]; `firmware` adds to its
+/// `spec.domain.firmware`.
 pub fn debian_vmi(name: &str, firmware: Option<serde_json::Value>) -> serde_json::Value {
     let mut vmi = serde_json::json!({
         "apiVersion": "kubevirt.io/v1",
@@ -95,9 +101,11 @@ pub fn debian_vmi(name: &str, firmware: Option<serde_json::Value>) -> serde_json
             ]
         }
     });
-    if let Some(firmware) = firmware {
-        vmi["spec"]["domain"]["firmware"] = firmware;
+    let mut all = serde_json::json!({ "uuid": FIRMWARE_UUID, "serial": FIRMWARE_SERIAL });
+    if let Some(serde_json::Value::Object(fields)) = firmware {
+        all.as_object_mut().expect("an object").extend(fields);
     }
+    vmi["spec"]["domain"]["firmware"] = all;
     vmi
 }
 

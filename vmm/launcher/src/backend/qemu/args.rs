@@ -23,6 +23,10 @@
 //! the VM's own copy in the run directory. The firmware boots the disk's own boot loader; with
 //! `kernelBoot` QEMU hands it the kernel, initrd and command line (fw_cfg) instead.
 //!
+//! The SMBIOS system information (`firmware.uuid`, `firmware.serial`) is `-smbios type=1` on
+//! q35; on microvm, which has no `-smbios`, it is the VMM's own tables handed to qboot through
+//! fw_cfg ([`smbios_files`]).
+//!
 //! Every VM gets the QEMU guest agent's channel: a virtio-serial controller
 //! (`virtio-serial-device` on microvm, `virtio-serial-pci` on q35) with one port named
 //! `org.qemu.guest_agent.0` (the name qemu-guest-agent looks for), backed by a unix socket the
@@ -32,7 +36,8 @@
 
 use std::path::{Path, PathBuf};
 
-use vmm::config::{ConsoleConfig, VmConfig};
+use vmm::config::{ConsoleConfig, SmbiosConfig, VmConfig};
+use vmm::smbios::{SmbiosError, SmbiosTables};
 
 use crate::converter::boot::Firmware;
 
@@ -71,6 +76,28 @@ pub struct QemuPaths {
     pub agent: PathBuf,
     pub ovmf_vars: PathBuf,
     pub sercon_port: PathBuf,
+    /// The SMBIOS entry point and structure table microvm's firmware (qboot) installs
+    /// ([`smbios_files`]).
+    pub smbios_anchor: PathBuf,
+    pub smbios_tables: PathBuf,
+}
+
+/// The two files microvm's firmware (qboot) reads from fw_cfg, `etc/smbios/smbios-anchor` and
+/// `etc/smbios/smbios-tables` (QEMU builds them itself for the PC machines only, and microvm
+/// has no `-smbios`): the VMM's own tables, their address left to qboot, which places them in
+/// the BIOS area. QEMU warns on stderr that the names lack the `opt/` prefix of user files;
+/// these two are the names qboot looks for. None when the VM has no SMBIOS config, or is
+/// guestless, or runs firmware (q35 gets `-smbios` instead).
+pub fn smbios_files(
+    config: &VmConfig,
+    machine: &Machine,
+) -> Result<Option<SmbiosTables>, SmbiosError> {
+    match (&config.smbios, machine) {
+        (Some(smbios), Machine::Microvm(_)) if !config.payload.guestless => {
+            SmbiosTables::build(smbios, 0).map(Some)
+        }
+        _ => Ok(None),
+    }
 }
 
 /// The name of the guest agent's virtio-serial port (qemu-guest-agent's default channel).
@@ -128,6 +155,21 @@ pub fn qemu_args(
                 ),
             ]);
         }
+    }
+    match (&config.smbios, machine) {
+        (Some(smbios), Machine::Q35(..)) => push(&["-smbios", &smbios_type1(smbios)]),
+        (Some(_), Machine::Microvm(_)) if !config.payload.guestless => {
+            for (name, file) in [
+                ("smbios-anchor", &paths.smbios_anchor),
+                ("smbios-tables", &paths.smbios_tables),
+            ] {
+                push(&[
+                    "-fw_cfg",
+                    &format!("name=etc/smbios/{name},file={}", escape(file)),
+                ]);
+            }
+        }
+        _ => {}
     }
     push(&["-nodefaults", "-no-user-config", "-display", "none", "-S"]);
     // The screen: KubeVirt's VGA card, shown by QEMU's VNC server only (no local display),
@@ -268,6 +310,19 @@ fn serial_args(serial: &ConsoleConfig) -> Vec<String> {
     }
 }
 
+/// QEMU's `-smbios type=1,...` of the PC machines: the system information SeaBIOS and OVMF
+/// put in the tables QEMU builds.
+fn smbios_type1(smbios: &SmbiosConfig) -> String {
+    let mut value = String::from("type=1");
+    let uuid = ("uuid", smbios.uuid.as_deref());
+    for (key, text) in smbios.strings().into_iter().chain([uuid]) {
+        if let Some(text) = text.filter(|t| !t.is_empty()) {
+            value.push_str(&format!(",{key}={}", text.replace(',', ",,")));
+        }
+    }
+    value
+}
+
 /// QEMU option values escape `,` as `,,`.
 fn escape(path: &Path) -> String {
     path.display().to_string().replace(',', ",,")
@@ -326,6 +381,63 @@ mod tests {
             agent: "/run/agent.sock".into(),
             ovmf_vars: "/run/OVMF_VARS.fd".into(),
             sercon_port: "/run/sercon-port".into(),
+            smbios_anchor: "/run/smbios-anchor".into(),
+            smbios_tables: "/run/smbios-tables".into(),
+        }
+    }
+
+    #[test]
+    fn smbios_is_qboots_fw_cfg_files_on_microvm_and_smbios_type_1_on_q35() {
+        let smbios = SmbiosConfig {
+            uuid: Some("5d307ca9-b3ef-428c-8861-06e72d69f223".into()),
+            serial: Some("a,b".into()),
+            manufacturer: Some("KubeVirt".into()),
+            product: Some("None".into()),
+            family: Some("KubeVirt".into()),
+            ..SmbiosConfig::default()
+        };
+        let with = VmConfig {
+            smbios: Some(smbios.clone()),
+            ..config()
+        };
+        let microvm = Machine::Microvm(Acpi::On);
+        let args = qemu_args(&with, &paths(), None, &microvm).unwrap();
+        for file in ["anchor", "tables"] {
+            let value = format!("name=etc/smbios/smbios-{file},file=/run/smbios-{file}");
+            assert!(has_pair(&args, "-fw_cfg", &value), "{args:?}");
+        }
+        assert!(!args.iter().any(|a| a == "-smbios"), "{args:?}");
+        let tables = smbios_files(&with, &microvm)
+            .unwrap()
+            .expect("microvm gets the files");
+        assert_eq!(tables, SmbiosTables::build(&smbios, 0).unwrap());
+
+        let q35 = Machine::Q35(Firmware::SeaBios { serial: false }, None);
+        let firmware_boot = VmConfig {
+            payload: PayloadConfig::guestless(),
+            ..with.clone()
+        };
+        let args = qemu_args(&firmware_boot, &paths(), None, &q35).unwrap();
+        let type1 = "type=1,manufacturer=KubeVirt,product=None,serial=a,,b,family=KubeVirt,\
+                     uuid=5d307ca9-b3ef-428c-8861-06e72d69f223";
+        assert!(has_pair(&args, "-smbios", type1), "{args:?}");
+        assert!(!args.iter().any(|a| a.contains("etc/smbios")), "{args:?}");
+        assert_eq!(smbios_files(&firmware_boot, &q35).unwrap(), None);
+
+        // None without the config, or for a guestless microvm (its firmware boots nothing).
+        for (config, machine) in [
+            (config(), &microvm),
+            (
+                VmConfig {
+                    payload: PayloadConfig::guestless(),
+                    ..with
+                },
+                &microvm,
+            ),
+        ] {
+            let args = qemu_args(&config, &paths(), None, machine).unwrap();
+            assert!(!args.iter().any(|a| a.contains("smbios")), "{args:?}");
+            assert_eq!(smbios_files(&config, machine).unwrap(), None);
         }
     }
 

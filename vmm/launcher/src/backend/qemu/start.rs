@@ -44,6 +44,8 @@ pub enum QemuStartError {
     OvmfMissing(PathBuf),
     #[error("cannot write the firmware file {0}")]
     FirmwareFile(PathBuf, #[source] std::io::Error),
+    #[error("the SMBIOS tables")]
+    Smbios(#[source] vmm::smbios::SmbiosError),
 }
 
 /// The host TSC frequency in kHz from `/proc/cpuinfo` (`tsc_early_khz=`): the "cpu MHz" of a
@@ -100,8 +102,19 @@ impl QemuVm {
             agent: run_dir.join(AGENT_SOCKET),
             ovmf_vars: run_dir.join("OVMF_VARS.fd"),
             sercon_port: run_dir.join("sercon-port"),
+            smbios_anchor: run_dir.join("smbios-anchor"),
+            smbios_tables: run_dir.join("smbios-tables"),
         };
         prepare_firmware(machine, &paths)?;
+        if let Some(tables) = args::smbios_files(config, machine).map_err(QemuStartError::Smbios)? {
+            for (file, bytes) in [
+                (&paths.smbios_anchor, &tables.entry_point),
+                (&paths.smbios_tables, &tables.structures),
+            ] {
+                std::fs::write(file, bytes)
+                    .map_err(|e| QemuStartError::FirmwareFile(file.clone(), e))?;
+            }
+        }
         let vnc = match machine {
             Machine::Q35(_, vnc) => vnc.as_deref(),
             Machine::Microvm(_) => None,
