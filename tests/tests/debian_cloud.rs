@@ -176,16 +176,26 @@ fn debian_vm(boot: &Boot, public_key: &str) -> VirtualMachine {
         let spec = vm.spec.template.spec.as_mut().expect("a template spec");
         spec.domain.devices.autoattach_graphics_device = Some(true);
     }
-    if let Some(firmware) = &boot.firmware {
-        let spec = vm.spec.template.spec.as_mut().expect("a template spec");
-        spec.domain.firmware =
-            Some(serde_json::from_value(firmware.clone()).expect("a firmware object"));
-    }
+    // The SMBIOS serial number; the UUID is the one virt-controller derives from the VM's name.
+    let mut firmware = boot
+        .firmware
+        .clone()
+        .unwrap_or_else(|| serde_json::json!({}));
+    firmware["serial"] = serial_of(vm.metadata.name.as_deref().unwrap_or_default()).into();
+    let spec = vm.spec.template.spec.as_mut().expect("a template spec");
+    spec.domain.firmware = Some(serde_json::from_value(firmware).expect("a firmware object"));
     vm
 }
 
+/// The `firmware.serial` each VM is given.
+fn serial_of(vm: &str) -> String {
+    format!("fv-serial-{vm}")
+}
+
 /// Logs in on the console and checks what only the image's own userland answers.
-fn console_session(namespace: &str, vm: &str) -> Result<(String, Duration), String> {
+/// `dmi` is what the guest must read in `/sys/class/dmi/id/`: product_uuid, product_serial and
+/// sys_vendor, space-separated.
+fn console_session(namespace: &str, vm: &str, dmi: &str) -> Result<(String, Duration), String> {
     let started = Instant::now();
     let mut console = ConsoleSession::open(namespace, vm)?;
     console.login(USER, PASSWORD, BOOT)?;
@@ -193,6 +203,11 @@ fn console_session(namespace: &str, vm: &str) -> Result<(String, Duration), Stri
     console.run(
         "echo \"who=$(id -un) debian=$(cut -d. -f1 /etc/debian_version) init=$(cat /proc/1/comm)\"",
         "who=fvuser debian=12 init=systemd",
+    )?;
+    console.run(
+        "echo \"dmi=$(cd /sys/class/dmi/id && sudo cat product_uuid product_serial sys_vendor | \
+         tr '\\n' ' ')\"",
+        &format!("dmi={dmi} "),
     )?;
     // runcmd runs in cloud-init's last stage, which may end after the login prompt: wait for
     // cloud-init to finish; its output went to the console this session shows.
@@ -244,9 +259,19 @@ async fn boot_and_log_in(
         "VMI {vm} does not say it boots the image by {:?}: {says}",
         boot.boot_source
     );
+    // The guest's SMBIOS tables carry the VMI's firmware UUID and serial on every boot path
+    // (microvm's qboot, SeaBIOS and OVMF on q35).
+    let firmware = running.spec.domain.firmware.as_ref();
+    let uuid = firmware.and_then(|f| f.uuid.clone()).unwrap_or_default();
+    assert_eq!(
+        uuid.len(),
+        36,
+        "VMI {vm} has no firmware UUID from its VM: {firmware:?}"
+    );
+    let dmi = format!("{uuid} {} KubeVirt", serial_of(vm));
     let console_namespace = namespace.clone();
     let (transcript, to_login) =
-        tokio::task::spawn_blocking(move || console_session(&console_namespace, vm))
+        tokio::task::spawn_blocking(move || console_session(&console_namespace, vm, &dmi))
             .await
             .expect("the console session thread")
             .unwrap_or_else(|e| panic!("virtctl console {vm}: {e}"));

@@ -1,15 +1,17 @@
 //! Failures on the local cluster: a VMI that no node can hold reports the scheduler's reason, a
-//! killed launcher fails its VMI with a reason, and a restarted virt-handler leaves running VMs
-//! untouched.
+//! killed launcher fails its VMI with a reason, a restarted virt-handler leaves running VMs
+//! untouched, and a VM whose firmware UUID is not one starts no VMI and says why.
 
 use std::time::Duration;
 
+use api::vm::VirtualMachine;
 use api::{VirtualMachineInstance, VmiPhase};
 use ferrovirt_tests::{
     client, kill_launcher, launcher_pids, restart_handler, tiny_vmi_spec, wait_for, wait_running,
     TestNamespace,
 };
-use kube::api::PostParams;
+use k8s_openapi::api::core::v1::Event;
+use kube::api::{ListParams, PostParams};
 use kube::Api;
 
 fn vmi(name: &str, memory: &str) -> VirtualMachineInstance {
@@ -103,4 +105,56 @@ async fn a_restarted_handler_leaves_running_vms_alone() {
     assert_eq!(launcher_pids(&uid), before, "the launcher kept running");
     let after = running(&vmis, "steady").await;
     assert_eq!(after.metadata.uid.as_deref(), Some(uid.as_str()));
+}
+
+/// KubeVirt admits any string as a VM's `firmware.uuid` (its own clone tests use `fake-uuid`);
+/// the VMI made of it would carry it into the guest's SMBIOS tables, which hold 16 bytes, so
+/// virt-api refuses that VMI with the field's path and virt-controller reports it on the VM.
+#[tokio::test]
+async fn a_vm_whose_firmware_uuid_is_not_one_starts_no_vmi_and_says_why() {
+    let client = client().await;
+    let namespace = TestNamespace::create(&client, "e2e-fwuuid").await;
+    let ns = &namespace.name;
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), ns);
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), ns);
+    let mut spec = tiny_vmi_spec("#!/bin/sh\necho hi\n");
+    spec["domain"]["firmware"] = serde_json::json!({"uuid": "fake-uuid"});
+    let vm: VirtualMachine = serde_json::from_value(serde_json::json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+        "metadata": {"name": "fw"},
+        "spec": {"runStrategy": "Always", "template": {"spec": spec}}
+    }))
+    .expect("a VM");
+    let uid = vms
+        .create(&PostParams::default(), &vm)
+        .await
+        .expect("the VM is admitted, as KubeVirt admits it")
+        .metadata
+        .uid
+        .expect("a uid");
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    let message = wait_for(
+        "a FailedCreate event on the VM",
+        Duration::from_secs(120),
+        || async {
+            let params = ListParams::default().fields(&format!("involvedObject.uid={uid}"));
+            events
+                .list(&params)
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("FailedCreate"))?
+                .message
+        },
+    )
+    .await;
+    assert!(
+        message.contains("spec.domain.firmware.uuid") && message.contains("fake-uuid"),
+        "the event does not name the field and its value: {message}"
+    );
+    assert!(
+        vmis.get_opt("fw").await.expect("VMI looked up").is_none(),
+        "a VMI was created"
+    );
 }
