@@ -105,8 +105,63 @@ pub struct KubeVirtConfiguration {
     pub migrations: Option<MigrationConfiguration>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instancetype: Option<InstancetypeConfiguration>,
+    /// The SMBIOS system information of every VM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub smbios: Option<SmbiosConfiguration>,
     #[serde(flatten)]
     pub other: Other,
+}
+
+/// The SMBIOS system information every VM's guest reads in `/sys/class/dmi/id/`
+/// (`v1.SMBiosConfiguration`); a VMI's own `firmware.uuid` and `firmware.serial` go with it.
+/// Unset fields take KubeVirt's defaults ([`SmbiosConfiguration::in_force`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SmbiosConfiguration {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manufacturer: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub product: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sku: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub family: Option<String>,
+    #[serde(flatten)]
+    pub other: Other,
+}
+
+impl SmbiosConfiguration {
+    /// KubeVirt's defaults (virt-config's `SmbiosConfigDefault*`).
+    pub const DEFAULT_MANUFACTURER: &str = "KubeVirt";
+    pub const DEFAULT_PRODUCT: &str = "None";
+    pub const DEFAULT_FAMILY: &str = "KubeVirt";
+
+    /// The settings in force: `configured`'s fields over KubeVirt's defaults.
+    pub fn in_force(configured: Option<&SmbiosConfiguration>) -> SmbiosConfiguration {
+        let given = configured.cloned().unwrap_or_default();
+        let or = |value: Option<String>, default: &str| value.or_else(|| Some(default.into()));
+        SmbiosConfiguration {
+            manufacturer: or(given.manufacturer, Self::DEFAULT_MANUFACTURER),
+            product: or(given.product, Self::DEFAULT_PRODUCT),
+            family: or(given.family, Self::DEFAULT_FAMILY),
+            version: given.version,
+            sku: given.sku,
+            other: Other::default(),
+        }
+    }
+
+    /// The fields by their JSON names.
+    pub fn fields(&self) -> [(&'static str, Option<&str>); 5] {
+        [
+            ("manufacturer", self.manufacturer.as_deref()),
+            ("product", self.product.as_deref()),
+            ("version", self.version.as_deref()),
+            ("sku", self.sku.as_deref()),
+            ("family", self.family.as_deref()),
+        ]
+    }
 }
 
 /// How VMs use instance types and preferences (`v1.InstancetypeConfiguration`).

@@ -138,6 +138,9 @@ pub const FIELDS: &[(&str, &[&str])] = &[
     ]),
     ("v1.Rng", &[
     ]),
+    ("v1.SMBiosConfiguration", &[
+        "family", "manufacturer", "product", "sku", "version",
+    ]),
     ("v1.VirtualMachineInstanceCondition", &[
         "lastProbeTime", "lastTransitionTime", "message", "reason", "status", "type",
     ]),

@@ -164,6 +164,7 @@ fn modelled() -> Vec<(&'static str, Schema)> {
         ),
         ("v1.KubeVirtConfiguration", s::<KubeVirtConfiguration>()),
         ("v1.DeveloperConfiguration", s::<DeveloperConfiguration>()),
+        ("v1.SMBiosConfiguration", s::<SmbiosConfiguration>()),
         ("v1.MigrationConfiguration", s::<MigrationConfiguration>()),
         (
             "v1.KubeVirtCertificateRotateStrategy",

@@ -105,6 +105,18 @@ pub fn validate_kubevirt(kv: &KubeVirt) -> Result<(), Vec<FieldError>> {
         if let Some(migrations) = &configuration.migrations {
             validate_migrations(migrations, &at.child("migrations"), &mut errors);
         }
+        if let Some(smbios) = &configuration.smbios {
+            let at = at.child("smbios");
+            reject_other_settings(&smbios.other, "v1.SMBiosConfiguration", &at, &mut errors);
+            for (field, value) in smbios.fields() {
+                if let Some(problem) = value.and_then(contract::smbios::string_problem) {
+                    errors.push(FieldError::invalid(
+                        at.child(field),
+                        format!("the SMBIOS {field} {problem}"),
+                    ));
+                }
+            }
+        }
     }
     into_result(errors)
 }

@@ -130,6 +130,18 @@ fn replica_set_migration_and_kubevirt_rules() {
             )],
         ),
         (
+            "SMBIOS settings",
+            kubevirt(json!({"configuration": {"smbios": {
+                "manufacturer": "Acme", "product": "P", "version": "1", "sku": "S", "family": "F"
+            }}})),
+            vec![],
+        ),
+        (
+            "an SMBIOS string with a NUL",
+            kubevirt(json!({"configuration": {"smbios": {"family": "a\u{0}b"}}})),
+            vec![("spec.configuration.smbios.family", Invalid)],
+        ),
+        (
             "customised components",
             kubevirt(json!({"customizeComponents": {"patches": [{"resourceName": "virt-api"}]}})),
             vec![("spec.customizeComponents", NotSupported)],
