@@ -15,6 +15,7 @@ pub mod podnet;
 pub mod run;
 pub mod server;
 pub mod sockets;
+pub mod sync_options;
 pub mod vmi;
 
 /// An error and its causes, on one line (`a: b: c`), for logs and messages.

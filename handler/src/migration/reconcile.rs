@@ -59,15 +59,12 @@ pub enum MigrationError {
 }
 
 impl MigrationContext {
-    fn use_emulation(&self) -> bool {
-        api::kubevirt::in_force(&self.kubevirts.state()).is_some_and(|kv| {
-            kv.spec
-                .configuration
-                .as_ref()
-                .and_then(|c| c.developer_configuration.as_ref())
-                .and_then(|d| d.use_emulation)
-                == Some(true)
-        })
+    /// The options given to a launcher with a VMI (the KubeVirt CR's settings).
+    fn sync_options(&self, notify_socket: String) -> SyncOptions {
+        crate::sync_options::sync_options(
+            api::kubevirt::in_force(&self.kubevirts.state()),
+            notify_socket,
+        )
     }
 
     /// The settings of `vmi`'s migration: those virt-controller wrote into its
@@ -344,10 +341,7 @@ async fn prepare_target(
             .map_err(|e| Some(format!("the target's pod network: {}", chain(&e))))?;
         let request = SyncVmiRequest {
             vmi_json: serde_json::to_vec(vmi.as_ref()).map_err(|e| Some(e.to_string()))?,
-            options: Some(SyncOptions {
-                use_emulation: ctx.use_emulation(),
-                notify_socket: String::new(),
-            }),
+            options: Some(ctx.sync_options(String::new())),
         };
         call(client.prepare_migration_target(request))
             .await

@@ -79,15 +79,12 @@ async fn prepare_launcher(vmi: &VirtualMachineInstance, socket: &Path) -> Result
 }
 
 impl HandlerContext {
-    fn use_emulation(&self) -> bool {
-        api::kubevirt::in_force(&self.kubevirts.state()).is_some_and(|kv| {
-            kv.spec
-                .configuration
-                .as_ref()
-                .and_then(|c| c.developer_configuration.as_ref())
-                .and_then(|d| d.use_emulation)
-                == Some(true)
-        })
+    /// The options given to a launcher with a VMI (the KubeVirt CR's settings).
+    fn sync_options(&self, notify_socket: String) -> SyncOptions {
+        crate::sync_options::sync_options(
+            api::kubevirt::in_force(&self.kubevirts.state()),
+            notify_socket,
+        )
     }
 }
 
@@ -171,10 +168,7 @@ pub async fn reconcile(
         let request = SyncVmiRequest {
             vmi_json: serde_json::to_vec(vmi.as_ref())
                 .map_err(|e| tonic::Status::internal(e.to_string()))?,
-            options: Some(SyncOptions {
-                use_emulation: ctx.use_emulation(),
-                notify_socket: in_launcher_socket_dir(NOTIFY_SOCKET),
-            }),
+            options: Some(ctx.sync_options(in_launcher_socket_dir(NOTIFY_SOCKET))),
         };
         let synced = match prepare_launcher(&vmi, &socket).await {
             Ok(()) => call(client.sync_vmi(request)).await,
