@@ -287,6 +287,7 @@ async fn run_once(o: &Options, artifacts: &Artifacts, run: usize) -> anyhow::Res
             options: Some(v1::SyncOptions {
                 use_emulation: !o.kvm,
                 notify_socket: String::new(),
+                smbios: None,
             }),
         })
         .await

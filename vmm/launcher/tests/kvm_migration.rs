@@ -67,6 +67,7 @@ fn options() -> Option<v1::SyncOptions> {
     Some(v1::SyncOptions {
         use_emulation: false,
         notify_socket: String::new(),
+        smbios: None,
     })
 }
 

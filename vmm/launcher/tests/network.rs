@@ -204,6 +204,7 @@ async fn masquerade_dhcp_nat_and_port_forwarding(preparer: Preparer) {
             options: Some(v1::SyncOptions {
                 use_emulation: true,
                 notify_socket: String::new(),
+                smbios: None,
             }),
         })
         .await

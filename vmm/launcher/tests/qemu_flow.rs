@@ -65,6 +65,7 @@ async fn nocloud_vmi_on_qemu_tcg() {
             options: Some(v1::SyncOptions {
                 use_emulation: true,
                 notify_socket: notify_socket.display().to_string(),
+                smbios: None,
             }),
         })
         .await;
@@ -130,6 +131,7 @@ async fn nocloud_vmi_on_qemu_tcg() {
             options: Some(v1::SyncOptions {
                 use_emulation: true,
                 notify_socket: String::new(),
+                smbios: None,
             }),
         })
         .await
@@ -208,6 +210,7 @@ async fn nocloud_vmi_on_qemu_tcg() {
             options: Some(v1::SyncOptions {
                 use_emulation: true,
                 notify_socket: String::new(),
+                smbios: None,
             }),
         })
         .await
@@ -351,6 +354,7 @@ async fn start_strategy_paused_waits_for_unpause() {
             options: Some(v1::SyncOptions {
                 use_emulation: true,
                 notify_socket: String::new(),
+                smbios: None,
             }),
         })
         .await

@@ -86,6 +86,7 @@ fn options() -> Option<v1::SyncOptions> {
     Some(v1::SyncOptions {
         use_emulation: true,
         notify_socket: String::new(),
+        smbios: None,
     })
 }
 

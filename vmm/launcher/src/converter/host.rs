@@ -40,6 +40,8 @@ pub struct HostFacts {
     pub ovmf_dir: PathBuf,
     /// What the launcher found on the boot disk.
     pub boot: BootDiscovery,
+    /// The cluster's SMBIOS settings (the KubeVirt CR's, from virt-handler).
+    pub smbios: super::smbios::ClusterSmbios,
 }
 
 /// What the boot disk holds, as the launcher's boot discovery (the `discovery` module) found it
@@ -125,6 +127,7 @@ pub(crate) fn test_facts() -> HostFacts {
         run_dir: contract::layout::LAUNCHER_RUN_DIR.into(),
         ovmf_dir: "/usr/share/OVMF".into(),
         boot: BootDiscovery::NotLooked,
+        smbios: Default::default(),
     }
 }
 

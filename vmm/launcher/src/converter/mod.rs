@@ -110,7 +110,7 @@ pub fn convert(vmi: &VirtualMachineInstance, facts: &HostFacts) -> Result<Conver
             socket: facts.run_dir.join(crate::backend::AGENT_SOCKET),
         }),
         transport: boot::transport(boot.choice.origin),
-        smbios: Some(smbios::smbios(vmi)),
+        smbios: Some(smbios::smbios(vmi, &facts.smbios)),
     };
     config.validate().map_err(ConvertError::Config)?;
     Ok(Converted {

@@ -95,6 +95,7 @@ impl Settings {
             run_dir: self.run_dir.clone(),
             ovmf_dir: self.ovmf_dir.clone(),
             boot: converter::BootDiscovery::NotLooked,
+            smbios: Default::default(),
         }
     }
 }
@@ -271,6 +272,9 @@ impl Launcher {
             };
         }
         let mut facts = self.settings.host_facts(kvm == KvmCapability::Hardware);
+        if let Some(smbios) = &options.smbios {
+            facts.smbios = converter::smbios::ClusterSmbios::from(smbios);
+        }
         let plans = converter::disks::volume_plans(&vmi, &facts)
             .map_err(|e| SyncError::Convert(converter::ConvertError::Disks(e)))?;
         facts.boot = discovery::discover_boot(&vmi, &plans, &facts.run_dir)?;

@@ -487,6 +487,7 @@ async fn sync(
             options: Some(v1::SyncOptions {
                 use_emulation,
                 notify_socket: notify_socket.into(),
+                smbios: None,
             }),
         })
         .await
