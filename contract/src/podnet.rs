@@ -20,6 +20,11 @@ pub const DEFAULT_CIDR: &str = "10.0.2.0/24";
 pub const IP_FORWARD_SYSCTL: &str = "net.ipv4.ip_forward";
 /// The sysctl of the lowest port a user other than root may bind, per network namespace.
 pub const UNPRIVILEGED_PORT_SYSCTL: &str = "net.ipv4.ip_unprivileged_port_start";
+/// The sysctl that lets the tap carry packets from 127.0.0.1 (DNATed to the guest from the Pod's
+/// localhost), per interface.
+pub fn route_localnet_sysctl(tap: &str) -> String {
+    format!("net.ipv4.conf.{tap}.route_localnet")
+}
 /// The port the launcher's DHCP responder binds.
 pub const DHCP_SERVER_PORT: u16 = 67;
 
@@ -178,7 +183,8 @@ impl MasqueradePlan {
     /// The two command lines that make the tap (owned by `tap_owner` when given), put the
     /// gateway on it and bring it up (one `ip -batch`), then set up NAT (one
     /// `iptables-restore --noflush`, which adds the rules at once), in the order to run them.
-    /// IPv4 forwarding ([`IP_FORWARD_SYSCTL`]) is the caller's.
+    /// IPv4 forwarding ([`IP_FORWARD_SYSCTL`]) and, once the tap exists, 127.0.0.1 on it
+    /// ([`route_localnet_sysctl`]) are the caller's.
     pub fn setup_commands(&self, tap_owner: Option<u32>) -> Vec<CommandLine> {
         let tap = self.tap.as_str();
         let guest = self.guest;
@@ -192,10 +198,18 @@ impl MasqueradePlan {
             ),
             ..CommandLine::new(["ip", "-batch", "-"])
         };
+        let gateway = self.gateway;
         let mut rules = format!("*nat\n-A POSTROUTING -s {guest} ! -o {tap} -j MASQUERADE\n");
+        // Each forwarded port: from outside the Pod, and from the Pod's own localhost (what
+        // `kubectl port-forward` dials), SNATed to the gateway so that the guest's answer
+        // comes back through the tap (which takes 127.0.0.1 with ROUTE_LOCALNET_SYSCTL).
         let dnat = |proto: &str, port: Option<u16>| {
             let port = port.map(|p| format!(" --dport {p}")).unwrap_or_default();
-            format!("-A PREROUTING ! -i {tap} -p {proto}{port} -j DNAT --to-destination {guest}\n")
+            format!(
+                "-A PREROUTING ! -i {tap} -p {proto}{port} -j DNAT --to-destination {guest}\n\
+                 -A OUTPUT -d 127.0.0.1 -p {proto}{port} -j DNAT --to-destination {guest}\n\
+                 -A POSTROUTING -o {tap} -s 127.0.0.1 -p {proto}{port} -j SNAT --to-source {gateway}\n"
+            )
         };
         if self.ports.is_empty() {
             rules.extend(["tcp", "udp"].map(|proto| dnat(proto, None)));
@@ -289,7 +303,11 @@ mod tests {
                     stdin: "*nat\n\
                             -A POSTROUTING -s 10.0.2.2 ! -o tap0 -j MASQUERADE\n\
                             -A PREROUTING ! -i tap0 -p tcp -j DNAT --to-destination 10.0.2.2\n\
+                            -A OUTPUT -d 127.0.0.1 -p tcp -j DNAT --to-destination 10.0.2.2\n\
+                            -A POSTROUTING -o tap0 -s 127.0.0.1 -p tcp -j SNAT --to-source 10.0.2.1\n\
                             -A PREROUTING ! -i tap0 -p udp -j DNAT --to-destination 10.0.2.2\n\
+                            -A OUTPUT -d 127.0.0.1 -p udp -j DNAT --to-destination 10.0.2.2\n\
+                            -A POSTROUTING -o tap0 -s 127.0.0.1 -p udp -j SNAT --to-source 10.0.2.1\n\
                             COMMIT\n"
                         .into(),
                 },
@@ -306,7 +324,11 @@ mod tests {
             "*nat\n\
              -A POSTROUTING -s 10.0.2.2 ! -o tap0 -j MASQUERADE\n\
              -A PREROUTING ! -i tap0 -p tcp --dport 80 -j DNAT --to-destination 10.0.2.2\n\
+             -A OUTPUT -d 127.0.0.1 -p tcp --dport 80 -j DNAT --to-destination 10.0.2.2\n\
+             -A POSTROUTING -o tap0 -s 127.0.0.1 -p tcp --dport 80 -j SNAT --to-source 10.0.2.1\n\
              -A PREROUTING ! -i tap0 -p udp --dport 53 -j DNAT --to-destination 10.0.2.2\n\
+             -A OUTPUT -d 127.0.0.1 -p udp --dport 53 -j DNAT --to-destination 10.0.2.2\n\
+             -A POSTROUTING -o tap0 -s 127.0.0.1 -p udp --dport 53 -j SNAT --to-source 10.0.2.1\n\
              COMMIT\n"
         );
     }

@@ -72,7 +72,10 @@ pub fn namespace_sysctls(uid: u32) -> Vec<(&'static str, String)> {
 /// Writes `settings` in the network namespace of process `pid` without starting a program: from
 /// a thread of its own that joins that namespace and then ends (`/proc/sys/net` is the network
 /// namespace of the thread that opens it).
-pub fn write_sysctls_in(pid: u32, settings: Vec<(&'static str, String)>) -> std::io::Result<()> {
+pub fn write_sysctls_in<S: AsRef<str> + Send + 'static>(
+    pid: u32,
+    settings: Vec<(S, String)>,
+) -> std::io::Result<()> {
     let namespace = std::fs::File::open(format!("/proc/{pid}/ns/net"))?;
     let writer = std::thread::Builder::new()
         .name("netns-sysctl".into())
@@ -83,7 +86,7 @@ pub fn write_sysctls_in(pid: u32, settings: Vec<(&'static str, String)>) -> std:
                 Some(rustix::thread::LinkNameSpaceType::Network),
             )?;
             for (name, value) in settings {
-                let path = format!("/proc/sys/{}", name.replace('.', "/"));
+                let path = format!("/proc/sys/{}", name.as_ref().replace('.', "/"));
                 std::fs::write(&path, &value).map_err(|e| {
                     std::io::Error::new(e.kind(), format!("writing {value} to {path}: {e}"))
                 })?;
@@ -117,8 +120,8 @@ pub enum Prepared {
 }
 
 /// Prepares the pod network of `vmi` in the namespaces of the launcher serving `socket`, once:
-/// a launcher whose network namespace has the tap is left alone. A failed command removes the
-/// tap again, so that the next pass starts over.
+/// a launcher whose network namespace has the tap is left alone. A failed command (or the
+/// tap's sysctl) removes the tap again, so that the next pass starts over.
 pub fn prepare(vmi: &VirtualMachineInstance, socket: &Path) -> Result<Prepared, PodNetError> {
     let plan = match api::masquerade::plan(vmi, TAP_DEVICE) {
         Ok(plan) => plan,
@@ -131,12 +134,21 @@ pub fn prepare(vmi: &VirtualMachineInstance, socket: &Path) -> Result<Prepared, 
         return Ok(Prepared::Already);
     }
     write_sysctls_in(pid, namespace_sysctls(uid)).map_err(PodNetError::Sysctl)?;
+    let remove_tap = || {
+        let remove = CommandLine::new(["ip", "link", "del", &plan.tap]);
+        let _ = podnet::run_command(&in_namespaces(pid, true, &remove));
+    };
     for command in prepare_commands(&plan, pid, uid) {
         if let Err(e) = podnet::run_command(&command) {
-            let remove = CommandLine::new(["ip", "link", "del", &plan.tap]);
-            let _ = podnet::run_command(&in_namespaces(pid, true, &remove));
+            remove_tap();
             return Err(e.into());
         }
+    }
+    // The tap exists now: it may carry what the Pod's localhost sends to the guest.
+    let localnet = vec![(podnet::route_localnet_sysctl(&plan.tap), "1".to_string())];
+    if let Err(e) = write_sysctls_in(pid, localnet) {
+        remove_tap();
+        return Err(PodNetError::Sysctl(e));
     }
     Ok(Prepared::Done)
 }

@@ -114,8 +114,10 @@ fn prepare_as_the_handler(netns: &str, vmi: &serde_json::Value) {
     api::defaults::default_vmi(&mut vmi);
     let plan = api::masquerade::plan(&vmi, contract::podnet::TAP_DEVICE).expect("a plan");
     let forwarding = format!("{}=1", contract::podnet::IP_FORWARD_SYSCTL);
+    let localnet = format!("{}=1", contract::podnet::route_localnet_sysctl(&plan.tap));
     let mut commands = vec![CommandLine::new(["sysctl", "-w", &forwarding])];
     commands.extend(plan.setup_commands(Some(0)));
+    commands.push(CommandLine::new(["sysctl", "-w", &localnet]));
     for command in commands {
         let in_netns = command.run_by(vec![
             "ip".into(),
@@ -225,34 +227,29 @@ async fn masquerade_dhcp_nat_and_port_forwarding(preparer: Preparer) {
         fail(e, &process);
     }
 
-    // The client reaches the guest's port at the Pod's address.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let answer = loop {
-        let output = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &namespaces.client,
-                "busybox",
-                "nc",
-                "-w",
-                "5",
-                POD_IP,
-                "8080",
-            ])
-            .output()
-            .expect("run busybox nc in the client namespace");
-        let text = String::from_utf8_lossy(&output.stdout).to_string();
-        if text.contains("hello-from-guest") || Instant::now() > deadline {
-            break text;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
-    assert!(
-        answer.contains("hello-from-guest"),
-        "no answer through DNAT: {answer:?}\n{}",
-        console.text()
-    );
+    // The client reaches the guest's port at the Pod's address, and so does the Pod at its own
+    // 127.0.0.1 (what `kubectl port-forward` to the launcher Pod dials).
+    for (netns, address) in [(&namespaces.client, POD_IP), (&namespaces.pod, "127.0.0.1")] {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let answer = loop {
+            let output = Command::new("ip")
+                .args([
+                    "netns", "exec", netns, "busybox", "nc", "-w", "5", address, "8080",
+                ])
+                .output()
+                .expect("run busybox nc in a network namespace");
+            let text = String::from_utf8_lossy(&output.stdout).to_string();
+            if text.contains("hello-from-guest") || Instant::now() > deadline {
+                break text;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        assert!(
+            answer.contains("hello-from-guest"),
+            "no answer through DNAT at {address} from {netns}: {answer:?}\n{}",
+            console.text()
+        );
+    }
     // With the guest's DHCP lease, NAT and port forwarding served, the launcher holds only
     // what the tap takes, and nothing when it never had it.
     let keep = match preparer {

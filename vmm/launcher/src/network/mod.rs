@@ -5,7 +5,9 @@
 //!    (`10.0.2.1/24`; the guest gets `10.0.2.2`; `vmNetworkCIDR` changes both);
 //! 2. IPv4 forwarding on, and NAT: traffic from the guest leaving through any other interface is
 //!    masqueraded to the Pod's address; TCP/UDP arriving at the Pod (all ports, or the
-//!    interface's `ports`) is DNATed to the guest;
+//!    interface's `ports`) is DNATed to the guest, and so is what the Pod sends to those ports
+//!    of its own 127.0.0.1 (what `kubectl port-forward` to the Pod dials), SNATed to the
+//!    gateway, which the tap carries with `route_localnet`;
 //! 3. a small DHCP responder on the tap ([`dhcp`]) that gives the guest its address, the
 //!    gateway and the Pod's DNS servers.
 //!
@@ -26,8 +28,8 @@ pub enum NetworkError {
     Plan(#[from] PlanError),
     #[error("setting up the tap and NAT (ip, iptables: Debian packages iproute2 and iptables)")]
     Command(#[source] CommandError),
-    #[error("cannot enable IPv4 forwarding")]
-    Forwarding(#[source] std::io::Error),
+    #[error("cannot set {0} to 1")]
+    Sysctl(String, #[source] std::io::Error),
     #[error("DHCP responder")]
     Dhcp(#[source] std::io::Error),
 }
@@ -49,13 +51,15 @@ pub struct PodNetwork {
     _dhcp: dhcp::DhcpServer,
 }
 
-fn enable_forwarding() -> Result<(), NetworkError> {
-    const PATH: &str = "/proc/sys/net/ipv4/ip_forward";
-    match std::fs::write(PATH, "1") {
+/// Sets sysctl `name` of this network namespace to 1 (fine when it is 1 already, even if it
+/// cannot be written).
+fn enable(name: &str) -> Result<(), NetworkError> {
+    let path = format!("/proc/sys/{}", name.replace('.', "/"));
+    match std::fs::write(&path, "1") {
         Ok(()) => Ok(()),
-        Err(e) => match std::fs::read_to_string(PATH) {
+        Err(e) => match std::fs::read_to_string(&path) {
             Ok(value) if value.trim() == "1" => Ok(()),
-            _ => Err(NetworkError::Forwarding(e)),
+            _ => Err(NetworkError::Sysctl(name.to_string(), e)),
         },
     }
 }
@@ -72,10 +76,11 @@ pub fn setup(vmi: &VirtualMachineInstance, tap: &str) -> Result<PodNetwork, Netw
         log::info!("pod network: {tap} was prepared by virt-handler; answering DHCP on it");
     } else {
         log::info!("pod network: no {tap} yet; making it, its address and NAT");
-        enable_forwarding()?;
+        enable(podnet::IP_FORWARD_SYSCTL)?;
         for command in plan.setup_commands(None) {
             podnet::run_command(&command).map_err(NetworkError::Command)?;
         }
+        enable(&podnet::route_localnet_sysctl(tap))?;
     }
     let dns =
         dhcp::pod_dns_servers(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default());
