@@ -49,9 +49,12 @@ pub fn default_vmi_spec(spec: &mut VirtualMachineInstanceSpec) {
     }
 
     let cpu = domain.cpu.get_or_insert_with(Cpu::default);
-    cpu.cores.get_or_insert(1);
-    cpu.sockets.get_or_insert(1);
-    cpu.threads.get_or_insert(1);
+    // 0 is unset, as in KubeVirt: 1.
+    for count in [&mut cpu.cores, &mut cpu.sockets, &mut cpu.threads] {
+        if count.unwrap_or(0) == 0 {
+            *count = Some(1);
+        }
+    }
     cpu.model.get_or_insert_with(|| "host-model".to_string());
 
     spec.termination_grace_period_seconds

@@ -51,11 +51,11 @@ pub struct Cpu {
 }
 
 impl Cpu {
-    /// Number of vCPUs the topology asks for (unset parts count as 1).
+    /// Number of vCPUs the topology asks for (unset or 0 parts count as 1, as in KubeVirt).
     pub fn vcpus(&self) -> u64 {
         [self.cores, self.sockets, self.threads]
             .iter()
-            .map(|n| u64::from(n.unwrap_or(1)))
+            .map(|n| u64::from(n.filter(|&n| n > 0).unwrap_or(1)))
             .product()
     }
 }

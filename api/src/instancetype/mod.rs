@@ -169,9 +169,8 @@ pub fn names_any(vm: &VirtualMachine) -> bool {
 /// Validates a VM as virt-api admits it, with what its references were found to be (`None` for
 /// one that names nothing or was not found): with an instance type or a preference the VM is
 /// judged as it will run, with both applied and the VMI defaults, after KubeVirt's conflict and
-/// requirements checks. A VM whose instance type is not found yet is admitted without memory
-/// (the instance type will give it; virt-controller waits for it, and the VMI is validated
-/// when it starts).
+/// requirements checks. A VM whose template gives no memory is admitted, as in KubeVirt (an
+/// instance type not found yet may give it; the VMI is refused when it starts without).
 pub fn validate_vm(
     vm: &VirtualMachine,
     instancetype: Option<&Value>,
@@ -211,20 +210,6 @@ pub fn validate_vm(
                         unmet.message
                     ),
                 )]);
-            }
-        } else if vm.spec.instancetype.is_some() {
-            let memory = spec.domain.memory.get_or_insert_with(Default::default);
-            let resources = spec.domain.resources.as_ref();
-            let given = memory.guest.is_some()
-                || resources.is_some_and(|r| {
-                    [&r.requests, &r.limits]
-                        .iter()
-                        .any(|m| m.as_ref().is_some_and(|m| m.contains_key("memory")))
-                });
-            if !given {
-                memory.guest = Some(k8s_openapi::apimachinery::pkg::api::resource::Quantity(
-                    "1Gi".to_string(),
-                ));
             }
         }
     }

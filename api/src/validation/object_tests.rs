@@ -21,8 +21,22 @@ fn vm_rules() {
         ("running alone", vm(json!({"running": true})), vec![]),
         (
             "template errors are under spec.template.spec",
-            vm(json!({"template": {"spec": {"domain": {"cpu": {"cores": 0}}}}})),
-            vec![("spec.template.spec.domain.cpu.cores", Invalid)],
+            vm(json!({"template": {"spec": {"terminationGracePeriodSeconds": -1}}})),
+            vec![("spec.template.spec.terminationGracePeriodSeconds", Invalid)],
+        ),
+        (
+            // As in KubeVirt: an instance type or a later edit may give it; the VMI made of
+            // the template is refused (`vmi_rules`).
+            "a template without memory",
+            vm(json!({"template": {"spec": {"domain": {"memory": null}}}})),
+            vec![],
+        ),
+        (
+            "a template with 0 bytes of memory and 0 sockets",
+            vm(
+                json!({"template": {"spec": {"domain": {"memory": {"guest": "0"}, "cpu": {"sockets": 0}}}}}),
+            ),
+            vec![],
         ),
         (
             "template without spec",

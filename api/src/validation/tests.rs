@@ -247,9 +247,9 @@ fn vmi_rules() {
             vec![("spec.domain.memory.guest", Invalid)],
         ),
         (
-            "cores = 0",
+            "cores = 0 is unset, as in KubeVirt",
             with(vmi(), "/spec/domain/cpu/cores", json!(0)),
-            vec![("spec.domain.cpu.cores", Invalid)],
+            vec![],
         ),
         (
             "too many vCPUs",

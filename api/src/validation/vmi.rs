@@ -21,7 +21,44 @@ pub fn validate_vmi(vmi: &VirtualMachineInstance) -> Result<(), Vec<FieldError>>
     let mut errors = Vec::new();
     validate_vmi_spec(&vmi.spec, &Path::root("spec"), &mut errors);
     validate_smbios(&vmi.spec.domain, &mut errors);
+    validate_memory_given(&vmi.spec.domain, &mut errors);
     into_result(errors)
+}
+
+/// That the guest gets memory, checked where the VMI is created: KubeVirt admits a VM (or a
+/// replica set) whose template gives none or 0 bytes, for an instance type or a later edit to
+/// fill in; the VMI made of it is refused here with the field's path.
+fn validate_memory_given(domain: &DomainSpec, errors: &mut Vec<FieldError>) {
+    let path = Path::root("spec").child("domain");
+    let guest = domain.memory.as_ref().and_then(|m| m.guest.as_ref());
+    let resources = domain.resources.as_ref();
+    let request = resources.and_then(|r| r.requests.as_ref()?.get("memory"));
+    let limit = resources.and_then(|r| r.limits.as_ref()?.get("memory"));
+    let given = [
+        (guest, path.child("memory").child("guest")),
+        (
+            request,
+            path.child("resources").child("requests").child("memory"),
+        ),
+        (
+            limit,
+            path.child("resources").child("limits").child("memory"),
+        ),
+    ]
+    .into_iter()
+    .find_map(|(quantity, at)| Some((quantity?, at)));
+    match given {
+        None => errors.push(FieldError::required(
+            path.child("memory").child("guest"),
+            "guest memory is required: set memory.guest or resources.requests.memory",
+        )),
+        // A quantity that does not parse is refused by `validate_memory`.
+        Some((quantity, at)) => {
+            if matches!(quantity::to_u64(quantity), Ok(0)) {
+                errors.push(FieldError::invalid(at, "0 bytes: the guest needs memory"));
+            }
+        }
+    }
 }
 
 /// What the guest's SMBIOS tables must be able to hold, checked where the VMI is created: a
@@ -244,15 +281,7 @@ fn validate_bootloader(bootloader: &Bootloader, path: &Path, errors: &mut Vec<Fi
 
 fn validate_cpu(cpu: &Cpu, path: &Path, errors: &mut Vec<FieldError>) {
     reject_other(&cpu.other, "v1.CPU", path, errors);
-    for (field, value) in [
-        ("cores", cpu.cores),
-        ("sockets", cpu.sockets),
-        ("threads", cpu.threads),
-    ] {
-        if value == Some(0) {
-            errors.push(FieldError::invalid(path.child(field), "must be at least 1"));
-        }
-    }
+    // A count of 0 is an unset one, as in KubeVirt (whose fields are `omitempty` integers): 1.
     let vcpus = cpu.vcpus();
     if vcpus > u64::from(MAX_VCPUS) {
         errors.push(FieldError::invalid(
@@ -314,27 +343,6 @@ fn validate_memory(domain: &DomainSpec, path: &Path, errors: &mut Vec<FieldError
             &resources_path,
             errors,
         );
-    }
-    let Some((bytes, at)) = guest.clone().or(requests.clone()).or(limits.clone()) else {
-        let memory_given = domain.memory.as_ref().is_some_and(|m| m.guest.is_some())
-            || domain.resources.as_ref().is_some_and(|r| {
-                [&r.requests, &r.limits]
-                    .iter()
-                    .any(|m| m.as_ref().is_some_and(|m| m.contains_key("memory")))
-            });
-        if !memory_given {
-            errors.push(FieldError::required(
-                path.child("memory").child("guest"),
-                "guest memory is required: set memory.guest or resources.requests.memory",
-            ));
-        }
-        return;
-    };
-    // KubeVirt's rules: a memory request is at least 1M; the guest gets some memory. A VMI
-    // may ask for less than the backends run a VM with: it boots with
-    // `contract::limits::boot_memory_bytes` of it, and its spec keeps what it asked.
-    if bytes == 0 {
-        errors.push(FieldError::invalid(at, "0 bytes: the guest needs memory"));
     }
     if let Some((request, at)) = &requests {
         if (1..MIN_MEMORY_REQUEST_BYTES).contains(request) {
