@@ -62,6 +62,39 @@ pub fn default_vmi_spec(spec: &mut VirtualMachineInstanceSpec) {
     spec.architecture.get_or_insert_with(|| "amd64".to_string());
 }
 
+/// The cluster's `memoryOvercommit` (a percentage, [`crate::kubevirt::DeveloperConfiguration`])
+/// on a new VMI, as KubeVirt's VMI mutator applies it: a VMI that gives `memory.guest` and
+/// requests no memory requests `memory.guest x 100 / percent` (rounded down). At 100 the request
+/// is left unset (the Pod requests the guest memory, as KubeVirt's does).
+pub fn overcommit_memory(spec: &mut VirtualMachineInstanceSpec, percent: u32) {
+    if percent == 0 || percent == crate::kubevirt::DeveloperConfiguration::DEFAULT_MEMORY_OVERCOMMIT
+    {
+        return;
+    }
+    let domain = &mut spec.domain;
+    let Some(guest) = domain.memory.as_ref().and_then(|m| m.guest.as_ref()) else {
+        return;
+    };
+    let Ok(bytes) = crate::quantity::to_u64(guest) else {
+        return;
+    };
+    let requested = domain
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+        .is_some_and(|r| r.contains_key("memory"));
+    if bytes == 0 || requested {
+        return;
+    }
+    let request = u128::from(bytes) * 100 / u128::from(percent);
+    domain
+        .resources
+        .get_or_insert_with(Default::default)
+        .requests
+        .get_or_insert_with(Default::default)
+        .insert("memory".to_string(), Quantity(request.to_string()));
+}
+
 /// The devices KubeVirt adds before an instance type and a preference apply: a volume that no
 /// disk uses gets a disk of its name (no target: a preference may choose its bus), and without
 /// interfaces and networks (and unless `autoattachPodInterface: false`) a `default` interface
@@ -175,6 +208,48 @@ mod tests {
         default_vmi(&mut v);
         assert!(v.spec.domain.devices.interfaces.is_empty());
         assert!(v.spec.networks.is_empty());
+    }
+
+    #[test]
+    fn memory_overcommit_sets_the_request_of_a_vmi_that_has_none() {
+        let request = |spec: serde_json::Value, percent| {
+            let mut v = vmi(spec);
+            overcommit_memory(&mut v.spec, percent);
+            v.spec
+                .domain
+                .resources
+                .and_then(|r| r.requests?.get("memory").cloned())
+        };
+        let guest = json!({"domain": {"devices": {}, "memory": {"guest": "1Gi"}}});
+        assert_eq!(
+            request(guest.clone(), 200),
+            Some(Quantity((512 * 1024 * 1024).to_string()))
+        );
+        assert_eq!(
+            request(guest.clone(), 150),
+            Some(Quantity("715827882".into()))
+        );
+        assert_eq!(request(guest, 100), None);
+        // A request of its own is kept; without guest memory there is nothing to scale.
+        let own = json!({"domain": {"devices": {}, "memory": {"guest": "1Gi"},
+                                    "resources": {"requests": {"memory": "870Mi"}}}});
+        assert_eq!(request(own, 200), Some(Quantity("870Mi".into())));
+        assert_eq!(request(json!({"domain": {"devices": {}}}), 200), None);
+    }
+
+    #[test]
+    fn zero_cpu_counts_are_unset() {
+        let mut v = vmi(
+            json!({"domain": {"devices": {}, "memory": {"guest": "64Mi"},
+                                          "cpu": {"cores": 0, "sockets": 2, "threads": 0}}}),
+        );
+        default_vmi(&mut v);
+        let cpu = v.spec.domain.cpu.as_ref().unwrap();
+        assert_eq!(
+            (cpu.cores, cpu.sockets, cpu.threads),
+            (Some(1), Some(2), Some(1))
+        );
+        assert_eq!(cpu.vcpus(), 2);
     }
 
     #[test]

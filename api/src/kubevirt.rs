@@ -297,8 +297,33 @@ pub struct DeveloperConfiguration {
     /// Beta gates turned off (KubeVirt's beta gates are on by default).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub disabled_feature_gates: Vec<String>,
+    /// Percent of a new VMI's guest memory its Pod requests is 100 / this (KubeVirt's default
+    /// 100: the whole guest memory). Applies to a VMI that requests no memory itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_overcommit: Option<i64>,
     #[serde(flatten)]
     pub other: Other,
+}
+
+impl DeveloperConfiguration {
+    /// KubeVirt's default `memoryOvercommit`.
+    pub const DEFAULT_MEMORY_OVERCOMMIT: u32 = 100;
+
+    /// The `memoryOvercommit` of the CR in force (`None`: no CR), KubeVirt's 100 where unset.
+    pub fn memory_overcommit_in_force(kubevirt: Option<&KubeVirt>) -> u32 {
+        kubevirt
+            .and_then(|kv| {
+                kv.spec
+                    .configuration
+                    .as_ref()?
+                    .developer_configuration
+                    .as_ref()
+            })
+            .and_then(|d| d.memory_overcommit)
+            .and_then(|percent| u32::try_from(percent).ok())
+            .filter(|&percent| percent > 0)
+            .unwrap_or(Self::DEFAULT_MEMORY_OVERCOMMIT)
+    }
 }
 
 /// Phases of an install, as KubeVirt names them.

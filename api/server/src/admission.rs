@@ -144,12 +144,14 @@ pub enum Webhook {
 /// What the server looked up for a review. For a VM, what its `spec.instancetype` and
 /// `spec.preference` were found to be: the specs to apply, `None` for one the VM does not name
 /// or that was not found (KubeVirt admits such a VM; virt-controller waits for what it names).
-/// For a snapshot or restore, what the cluster says about it ([`SnapshotFacts`]).
+/// For a snapshot or restore, what the cluster says about it ([`SnapshotFacts`]). For a new
+/// VMI's defaults, the KubeVirt CR's `memoryOvercommit` (`None`: KubeVirt's 100).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct References {
     pub instancetype: Option<Value>,
     pub preference: Option<Value>,
     pub snapshots: SnapshotFacts,
+    pub memory_overcommit: Option<u32>,
 }
 
 /// What a new snapshot or restore is judged with.
@@ -174,6 +176,12 @@ impl References {
 /// Whether a webhook call judges a VM with its [`References`] (which the caller looks up).
 pub fn needs_references(webhook: Webhook, resource: &str) -> bool {
     webhook == Webhook::Validate && resource == "virtualmachines"
+}
+
+/// Whether a review of `resource` needs the cluster's configuration (`memoryOvercommit`): the
+/// defaults of a VMI.
+pub fn needs_cluster_configuration(webhook: Webhook, resource: &str) -> bool {
+    webhook == Webhook::Mutate && resource == "virtualmachineinstances"
 }
 
 /// Whether a review of `resource` needs [`SnapshotFacts`] looked up: a snapshot, restore or
@@ -257,7 +265,7 @@ pub fn review_with(
     let request: AdmissionRequest<DynamicObject> =
         review.try_into().map_err(|_| ReviewError::NoRequest)?;
     let response = match webhook {
-        Webhook::Mutate => mutate(resource, &request),
+        Webhook::Mutate => mutate(resource, &request, references),
         Webhook::Validate => validate(resource, &request, config, references),
     };
     encode_review(response)
@@ -309,8 +317,13 @@ fn parse_object(
     Ok((value, parsed))
 }
 
-/// The mutating webhook: defaults as a JSON patch.
-pub fn mutate(resource: &str, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+/// The mutating webhook: defaults as a JSON patch; a new VMI's memory request follows the
+/// cluster's `memoryOvercommit` ([`api::defaults::overcommit_memory`]).
+pub fn mutate(
+    resource: &str,
+    request: &AdmissionRequest<DynamicObject>,
+    references: &References,
+) -> AdmissionResponse {
     let response = AdmissionResponse::from(request);
     if !matches!(request.operation, Operation::Create | Operation::Update) {
         return response;
@@ -323,6 +336,9 @@ pub fn mutate(resource: &str, request: &AdmissionRequest<DynamicObject>) -> Admi
     if request.operation == Operation::Create {
         if let KubeVirtObject::VirtualMachineInstance(vmi) = &mut object {
             add_vmi_finalizer(vmi);
+            if let Some(percent) = references.memory_overcommit {
+                api::defaults::overcommit_memory(&mut vmi.spec, percent);
+            }
         }
     }
     let defaulted = match object.to_value() {

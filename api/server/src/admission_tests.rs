@@ -252,3 +252,33 @@ fn wrong_kind_and_garbage_are_handled() {
     )
     .is_err());
 }
+
+#[test]
+fn a_new_vmi_requests_its_guest_memory_over_the_clusters_memory_overcommit() {
+    let mut vmi = fixture("vmi-demo.yaml");
+    let domain = vmi["spec"]["domain"].as_object_mut().unwrap();
+    domain.remove("resources");
+    domain.insert("memory".into(), json!({"guest": "1Gi"}));
+    let mutated = |operation: &str, percent: Option<u32>| {
+        let references = References {
+            memory_overcommit: percent,
+            ..References::default()
+        };
+        let body = review_with(
+            Webhook::Mutate,
+            "virtualmachineinstances",
+            &review_body(operation, &vmi, Some(&vmi), "alice"),
+            &AdmissionConfig::default(),
+            &references,
+        )
+        .unwrap();
+        let out: Value = serde_json::from_slice(&body).unwrap();
+        apply_patch(&vmi, &out["response"])["spec"]["domain"]["resources"]["requests"]["memory"]
+            .clone()
+    };
+    assert_eq!(mutated("CREATE", Some(200)), json!("536870912"));
+    assert_eq!(mutated("CREATE", Some(100)), Value::Null);
+    assert_eq!(mutated("CREATE", None), Value::Null);
+    // Only where the VMI is created: its spec cannot change after.
+    assert_eq!(mutated("UPDATE", Some(200)), Value::Null);
+}

@@ -39,6 +39,9 @@ pub struct ServerState {
     /// The resourceVersion of the KubeVirt CR `/healthz` reports (virt-api applies none of its
     /// configuration: it reports the CR it has read, as KubeVirt's tests expect of it).
     pub config_version: api::healthz::ConfigVersion,
+    /// The KubeVirt CRs of the install namespace as last watched (the configuration a new
+    /// VMI's defaults follow).
+    pub kubevirts: Arc<dyn Fn() -> Vec<Arc<api::KubeVirt>> + Send + Sync>,
 }
 
 /// What the TLS handshake established about the peer.
@@ -267,6 +270,14 @@ async fn admit(
     } else {
         admission::References::default()
     };
+    if admission::needs_cluster_configuration(webhook, resource) {
+        let kubevirts = (state.kubevirts)();
+        references.memory_overcommit = Some(
+            api::kubevirt::DeveloperConfiguration::memory_overcommit_in_force(
+                api::kubevirt::in_force(&kubevirts),
+            ),
+        );
+    }
     if admission::needs_snapshot_facts(webhook, resource) {
         references.snapshots = snapshot_facts(&state.client, &body).await?;
     }

@@ -85,6 +85,17 @@ pub fn validate_kubevirt(kv: &KubeVirt) -> Result<(), Vec<FieldError>> {
                 &at,
                 &mut errors,
             );
+            if let Some(percent) = developer.memory_overcommit {
+                if !(1..=i64::from(u32::MAX)).contains(&percent) {
+                    errors.push(FieldError::invalid(
+                        at.child("memoryOvercommit"),
+                        format!(
+                            "{percent} is not a percentage above 0: a VMI's Pod requests \
+                             memory.guest x 100 / memoryOvercommit"
+                        ),
+                    ));
+                }
+            }
             let gates = [
                 ("featureGates", &developer.feature_gates),
                 ("disabledFeatureGates", &developer.disabled_feature_gates),

@@ -134,6 +134,21 @@ fn replica_set_migration_and_kubevirt_rules() {
             vec![],
         ),
         (
+            "memoryOvercommit",
+            kubevirt(
+                json!({"configuration": {"developerConfiguration": {"memoryOvercommit": 150}}}),
+            ),
+            vec![],
+        ),
+        (
+            "memoryOvercommit of 0",
+            kubevirt(json!({"configuration": {"developerConfiguration": {"memoryOvercommit": 0}}})),
+            vec![(
+                "spec.configuration.developerConfiguration.memoryOvercommit",
+                Invalid,
+            )],
+        ),
+        (
             "feature gate Ferrovirt does not know",
             kubevirt(
                 json!({"configuration": {"developerConfiguration": {"featureGates": ["GPU"]}}}),

@@ -101,7 +101,11 @@ async fn run(args: Args) -> Result<(), StartError> {
     } else {
         args.privileged_users
     };
-    let config_version = watch_kubevirts(client.clone(), &args.handler_namespace);
+    let kubevirts = watch_kubevirts(client.clone(), &args.handler_namespace);
+    let config_version = {
+        let kubevirts = kubevirts.clone();
+        ConfigVersion::of_kubevirts(move || kubevirts.state())
+    };
     let state = Arc::new(ServerState {
         handlers: HandlerClient {
             client: client.clone(),
@@ -113,14 +117,15 @@ async fn run(args: Args) -> Result<(), StartError> {
         request_header,
         admission: AdmissionConfig { privileged_users },
         config_version,
+        kubevirts: Arc::new(move || kubevirts.state()),
     });
     serve(args.listen, tls, state).await?;
     Ok(())
 }
 
 /// Watches the KubeVirt CR of the install namespace in the background, for the resourceVersion
-/// `/healthz` reports.
-fn watch_kubevirts(client: Client, namespace: &str) -> ConfigVersion {
+/// `/healthz` reports and the configuration a new VMI's defaults follow.
+fn watch_kubevirts(client: Client, namespace: &str) -> reflector::Store<KubeVirt> {
     let (kubevirts, writer) = reflector::store::<KubeVirt>();
     tokio::spawn(
         watcher(
@@ -132,7 +137,7 @@ fn watch_kubevirts(client: Client, namespace: &str) -> ConfigVersion {
         .applied_objects()
         .for_each(|_| futures::future::ready(())),
     );
-    ConfigVersion::of_kubevirts(move || kubevirts.state())
+    kubevirts
 }
 
 #[tokio::main]
