@@ -192,7 +192,14 @@ pub fn render_launcher_pod(
         ));
     }
 
-    let memory_request = guest_memory + memory_overhead_bytes(vmi, cfg);
+    // The memory the guest boots with, or what the VMI requests when that is less than its
+    // guest memory (overcommitted: the cluster's memoryOvercommit, an instance type's
+    // overcommitPercent); plus the overhead.
+    let asked_guest = guest_memory_bytes(vmi).map_err(RenderError::Memory)?;
+    let memory_request = match requested_memory_bytes(vmi).map_err(RenderError::Memory)? {
+        Some(requested) if requested < asked_guest => requested,
+        _ => guest_memory,
+    } + memory_overhead_bytes(vmi, cfg);
     let mut requests = BTreeMap::from([
         ("memory".to_string(), Quantity(memory_request.to_string())),
         ("cpu".to_string(), Quantity(cfg.cpu_request.clone())),
@@ -410,6 +417,17 @@ pub fn guest_memory_bytes(vmi: &VirtualMachineInstance) -> Result<u64, String> {
         .or_else(|| from_resources(|r| &r.limits))
         .ok_or_else(|| "no guest memory is set".to_string())?;
     quantity::to_u64(quantity).map_err(|e| e.to_string())
+}
+
+/// `resources.requests.memory` in bytes, when the VMI gives it.
+fn requested_memory_bytes(vmi: &VirtualMachineInstance) -> Result<Option<u64>, String> {
+    let resources = vmi.spec.domain.resources.as_ref();
+    let Some(request) = resources.and_then(|r| r.requests.as_ref()?.get("memory")) else {
+        return Ok(None);
+    };
+    quantity::to_u64(request)
+        .map(Some)
+        .map_err(|e| format!("resources.requests.memory: {e}"))
 }
 
 /// The guest memory the VM really boots with: [`guest_memory_bytes`] rounded up as the launcher

@@ -180,6 +180,25 @@ fn memory_of(resources: &Option<std::collections::BTreeMap<String, Quantity>>) -
 }
 
 #[test]
+fn an_overcommitted_vmi_gets_its_request_plus_overhead() {
+    const MIB: u64 = 1 << 20;
+    let cfg = ClusterConfig::default();
+    let mut vmi = guestless(json!({"requests": {"memory": "64Mi"}}));
+    vmi.spec.domain.memory = Some(api::domain::Memory {
+        guest: Some(Quantity("128Mi".into())),
+        ..Default::default()
+    });
+    let overhead = cfg.launcher_overhead_bytes + cfg.tcg_overhead_bytes + 128 * MIB / 512;
+    let pod = render(&vmi, &cfg);
+    let resources = compute(&pod).resources.as_ref().unwrap();
+    assert_eq!(
+        memory_of(&resources.requests),
+        Some(64 * MIB + overhead),
+        "the request, not the 128Mi the guest sees"
+    );
+}
+
+#[test]
 fn a_guestless_vmi_gets_the_memory_its_vm_boots_with_plus_overhead() {
     const MIB: u64 = 1 << 20;
     let cfg = ClusterConfig::default();
