@@ -114,14 +114,41 @@ async fn a_restarted_handler_leaves_running_vms_alone() {
 async fn a_vm_whose_firmware_uuid_is_not_one_starts_no_vmi_and_says_why() {
     let client = client().await;
     let namespace = TestNamespace::create(&client, "e2e-fwuuid").await;
-    let ns = &namespace.name;
-    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), ns);
-    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), ns);
     let mut spec = tiny_vmi_spec("#!/bin/sh\necho hi\n");
     spec["domain"]["firmware"] = serde_json::json!({"uuid": "fake-uuid"});
+    let message = vm_refused_at_start(&client, &namespace.name, spec).await;
+    assert!(
+        message.contains("spec.domain.firmware.uuid") && message.contains("fake-uuid"),
+        "the event does not name the field and its value: {message}"
+    );
+}
+
+/// KubeVirt admits a VM whose template gives no memory (an instance type or a later edit may);
+/// the VMI made of it could not boot, so virt-api refuses it with the field's path.
+#[tokio::test]
+async fn a_vm_without_memory_is_admitted_and_starts_no_vmi_and_says_why() {
+    let client = client().await;
+    let namespace = TestNamespace::create(&client, "e2e-nomem").await;
+    let mut spec = tiny_vmi_spec("#!/bin/sh\necho hi\n");
+    let domain = spec["domain"].as_object_mut().expect("a domain");
+    domain.remove("memory");
+    domain.remove("resources");
+    let message = vm_refused_at_start(&client, &namespace.name, spec).await;
+    assert!(
+        message.contains("spec.domain.memory.guest")
+            && message.contains("guest memory is required"),
+        "the event does not name the field and the reason: {message}"
+    );
+}
+
+/// Creates a running VM `refused` of the VMI `spec` in `ns` (it must be admitted) and waits for
+/// virt-controller's FailedCreate event on it: its message, once no VMI is seen.
+async fn vm_refused_at_start(client: &kube::Client, ns: &str, spec: serde_json::Value) -> String {
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), ns);
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), ns);
     let vm: VirtualMachine = serde_json::from_value(serde_json::json!({
         "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
-        "metadata": {"name": "fw"},
+        "metadata": {"name": "refused"},
         "spec": {"runStrategy": "Always", "template": {"spec": spec}}
     }))
     .expect("a VM");
@@ -150,11 +177,11 @@ async fn a_vm_whose_firmware_uuid_is_not_one_starts_no_vmi_and_says_why() {
     )
     .await;
     assert!(
-        message.contains("spec.domain.firmware.uuid") && message.contains("fake-uuid"),
-        "the event does not name the field and its value: {message}"
-    );
-    assert!(
-        vmis.get_opt("fw").await.expect("VMI looked up").is_none(),
+        vmis.get_opt("refused")
+            .await
+            .expect("VMI looked up")
+            .is_none(),
         "a VMI was created"
     );
+    message
 }
