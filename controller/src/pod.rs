@@ -192,12 +192,12 @@ pub fn render_launcher_pod(
         ));
     }
 
-    // The memory the guest boots with, or what the VMI requests when that is less than its
-    // guest memory (overcommitted: the cluster's memoryOvercommit, an instance type's
-    // overcommitPercent); plus the overhead.
+    // The memory the guest boots with, or what the VMI requests when that is not its guest
+    // memory (overcommitted: the cluster's memoryOvercommit, an instance type's
+    // overcommitPercent), as KubeVirt's Pod requests it; plus the overhead.
     let asked_guest = guest_memory_bytes(vmi).map_err(RenderError::Memory)?;
     let memory_request = match requested_memory_bytes(vmi).map_err(RenderError::Memory)? {
-        Some(requested) if requested < asked_guest => requested,
+        Some(requested) if requested != asked_guest => requested,
         _ => guest_memory,
     } + memory_overhead_bytes(vmi, cfg);
     let mut requests = BTreeMap::from([
