@@ -297,8 +297,8 @@ pub struct DeveloperConfiguration {
     /// Beta gates turned off (KubeVirt's beta gates are on by default).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub disabled_feature_gates: Vec<String>,
-    /// Percent of a new VMI's guest memory its Pod requests is 100 / this (KubeVirt's default
-    /// 100: the whole guest memory). Applies to a VMI that requests no memory itself.
+    /// A percentage: a new VMI that requests no memory itself requests `memory.guest x 100 /
+    /// memoryOvercommit` (KubeVirt's default 100: its whole guest memory).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_overcommit: Option<i64>,
     #[serde(flatten)]

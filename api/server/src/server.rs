@@ -36,8 +36,8 @@ pub struct ServerState {
     pub handlers: HandlerClient,
     pub request_header: RequestHeaderConfig,
     pub admission: AdmissionConfig,
-    /// The resourceVersion of the KubeVirt CR `/healthz` reports (virt-api applies none of its
-    /// configuration: it reports the CR it has read, as KubeVirt's tests expect of it).
+    /// The resourceVersion of the KubeVirt CR `/healthz` reports: the CR it has read, as
+    /// KubeVirt's tests expect of it (virt-api applies its `memoryOvercommit`, [`Self::kubevirts`]).
     pub config_version: api::healthz::ConfigVersion,
     /// The KubeVirt CRs of the install namespace as last watched (the configuration a new
     /// VMI's defaults follow).
