@@ -1,4 +1,5 @@
-//! vCPUs: `spec.domain.cpu` cores x sockets x threads, all booted (no CPU hotplug).
+//! vCPUs: `spec.domain.cpu` cores x sockets x threads, all booted (no CPU hotplug); a count of
+//! 0 is an unset one, 1, as in KubeVirt.
 
 use api::VirtualMachineInstanceSpec;
 use vmm::config::{CpusConfig, MAX_VCPUS};
@@ -8,9 +9,6 @@ use super::FieldProblem;
 /// The vCPUs of the VM.
 pub fn cpus(spec: &VirtualMachineInstanceSpec) -> Result<CpusConfig, FieldProblem> {
     let count = spec.domain.cpu.as_ref().map_or(1, |cpu| cpu.vcpus());
-    if count == 0 {
-        return Err(FieldProblem::new("spec.domain.cpu", "asks for 0 vCPUs"));
-    }
     let count = u8::try_from(count)
         .ok()
         .filter(|n| *n <= MAX_VCPUS)
@@ -54,6 +52,7 @@ mod tests {
             (topology(1, 1, 1), 1),
             (topology(2, 2, 1), 4),
             (topology(4, 2, 2), 16),
+            (topology(0, 2, 0), 2),
         ];
         for (cpu, want) in cases {
             let got = cpus(&spec(cpu.clone())).unwrap();
@@ -69,12 +68,8 @@ mod tests {
     }
 
     #[test]
-    fn too_many_or_zero_vcpus_name_the_field() {
-        for cpu in [
-            topology(8, 8, 1),
-            topology(0, 1, 1),
-            topology(u32::MAX, 2, 2),
-        ] {
+    fn too_many_vcpus_name_the_field() {
+        for cpu in [topology(8, 8, 1), topology(u32::MAX, 2, 2)] {
             let err = cpus(&spec(cpu.clone())).unwrap_err();
             assert_eq!(err.path, "spec.domain.cpu", "{cpu:?}");
         }
