@@ -107,6 +107,16 @@ fn has_pair(args: &[String], flag: &str, value: &str) -> bool {
     args.windows(2).any(|w| w[0] == flag && w[1] == value)
 }
 
+/// Asserts that each `(flag, value)` follows one another in `args`.
+fn assert_pairs(args: &[String], pairs: &[(&str, &str)]) {
+    for (flag, value) in pairs {
+        assert!(
+            has_pair(args, flag, value),
+            "{flag} {value} missing from {args:?}"
+        );
+    }
+}
+
 #[test]
 fn translation() {
     let args = qemu_args(
@@ -246,17 +256,15 @@ fn a_guestless_vm_has_no_kernel_and_the_machines_firmware() {
     for flag in ["-kernel", "-initrd", "-append", "-bios", "-drive"] {
         assert!(!args.contains(&flag.to_string()), "{flag} in {args:?}");
     }
-    for (flag, value) in [
-        ("-M", "microvm,acpi=off"),
-        ("-device", "i8042"),
-        ("-m", "16M"),
-        ("-serial", "chardev:serial0"),
-    ] {
-        assert!(
-            has_pair(&args, flag, value),
-            "{flag} {value} missing from {args:?}"
-        );
-    }
+    assert_pairs(
+        &args,
+        &[
+            ("-M", "microvm,acpi=off"),
+            ("-device", "i8042"),
+            ("-m", "16M"),
+            ("-serial", "chardev:serial0"),
+        ],
+    );
     assert!(args.contains(&"-S".to_string()));
 }
 
@@ -314,29 +322,27 @@ fn firmware_gets_q35_pci_devices_and_boot_indexes() {
     let sercon = Machine::Q35(Firmware::SeaBios { serial: true }, None);
     for machine in [&seabios, &sercon, &ovmf()] {
         let args = qemu_args(&firmware_boot, &paths(), Some(2_600_000), machine).unwrap();
-        for (flag, value) in [
-            ("-M", "q35"),
-            ("-accel", "tcg"),
-            ("-serial", "chardev:serial0"),
-            (
-                "-device",
-                "virtio-blk-pci,drive=disk0,serial=root,bootindex=1",
-            ),
-            (
-                "-device",
-                "virtio-blk-pci,drive=disk1,serial=cloudinitdisk,bootindex=2",
-            ),
-            (
-                "-device",
-                "virtio-net-pci,netdev=net0,mac=02:00:00:00:00:01,romfile=",
-            ),
-            ("-device", "virtio-rng-pci,rng=rng0"),
-        ] {
-            assert!(
-                has_pair(&args, flag, value),
-                "{flag} {value} missing from {args:?}"
-            );
-        }
+        assert_pairs(
+            &args,
+            &[
+                ("-M", "q35"),
+                ("-accel", "tcg"),
+                ("-serial", "chardev:serial0"),
+                (
+                    "-device",
+                    "virtio-blk-pci,drive=disk0,serial=root,bootindex=1",
+                ),
+                (
+                    "-device",
+                    "virtio-blk-pci,drive=disk1,serial=cloudinitdisk,bootindex=2",
+                ),
+                (
+                    "-device",
+                    "virtio-net-pci,netdev=net0,mac=02:00:00:00:00:01,romfile=",
+                ),
+                ("-device", "virtio-rng-pci,rng=rng0"),
+            ],
+        );
         // The firmware boots the disk: no kernel of QEMU's, no microvm devices.
         for absent in ["-kernel", "-initrd", "-append", "i8042", "-bios"] {
             assert!(!args.contains(&absent.to_string()), "{absent} in {args:?}");
@@ -366,17 +372,15 @@ fn firmware_gets_q35_pci_devices_and_boot_indexes() {
 #[test]
 fn firmware_with_kernel_boot_hands_the_kernel_to_it() {
     let args = qemu_args(&config(), &paths(), Some(2_600_000), &ovmf()).unwrap();
-    for (flag, value) in [
-        ("-kernel", "/k/vmlinux"),
-        ("-initrd", "/k/initrd"),
-        // No microvm TSC workaround on the PC machine.
-        ("-append", "console=ttyS0 root=/dev/vda rw panic=-1"),
-    ] {
-        assert!(
-            has_pair(&args, flag, value),
-            "{flag} {value} missing from {args:?}"
-        );
-    }
+    assert_pairs(
+        &args,
+        &[
+            ("-kernel", "/k/vmlinux"),
+            ("-initrd", "/k/initrd"),
+            // No microvm TSC workaround on the PC machine.
+            ("-append", "console=ttyS0 root=/dev/vda rw panic=-1"),
+        ],
+    );
 }
 
 #[test]
