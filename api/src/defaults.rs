@@ -72,18 +72,10 @@ pub fn overcommit_memory(spec: &mut VirtualMachineInstanceSpec, percent: u32) {
         return;
     }
     let domain = &mut spec.domain;
-    let Some(guest) = domain.memory.as_ref().and_then(|m| m.guest.as_ref()) else {
+    let Some(Ok(bytes)) = domain.guest_memory().map(crate::quantity::to_u64) else {
         return;
     };
-    let Ok(bytes) = crate::quantity::to_u64(guest) else {
-        return;
-    };
-    let requested = domain
-        .resources
-        .as_ref()
-        .and_then(|r| r.requests.as_ref())
-        .is_some_and(|r| r.contains_key("memory"));
-    if bytes == 0 || requested {
+    if bytes == 0 || domain.memory_request().is_some() {
         return;
     }
     let request = u128::from(bytes) * 100 / u128::from(percent);

@@ -50,6 +50,23 @@ pub struct Cpu {
     pub other: Other,
 }
 
+impl DomainSpec {
+    /// `memory.guest`, when given.
+    pub fn guest_memory(&self) -> Option<&Quantity> {
+        self.memory.as_ref()?.guest.as_ref()
+    }
+
+    /// `resources.requests.memory`, when given.
+    pub fn memory_request(&self) -> Option<&Quantity> {
+        self.resources.as_ref()?.requests.as_ref()?.get("memory")
+    }
+
+    /// `resources.limits.memory`, when given.
+    pub fn memory_limit(&self) -> Option<&Quantity> {
+        self.resources.as_ref()?.limits.as_ref()?.get("memory")
+    }
+}
+
 impl Cpu {
     /// Number of vCPUs the topology asks for (unset or 0 parts count as 1, as in KubeVirt).
     pub fn vcpus(&self) -> u64 {

@@ -401,32 +401,19 @@ fn launcher_affinity(vmi: &VirtualMachineInstance, cfg: &ClusterConfig) -> Optio
 /// Guest memory in bytes: `memory.guest`, else `resources.requests.memory`, else limits.
 pub fn guest_memory_bytes(vmi: &VirtualMachineInstance) -> Result<u64, String> {
     let domain = &vmi.spec.domain;
-    let from_resources =
-        |pick: fn(&api::domain::ResourceRequirements) -> &Option<BTreeMap<String, Quantity>>| {
-            domain
-                .resources
-                .as_ref()
-                .and_then(|r| pick(r).as_ref())
-                .and_then(|m| m.get("memory"))
-        };
     let quantity = domain
-        .memory
-        .as_ref()
-        .and_then(|m| m.guest.as_ref())
-        .or_else(|| from_resources(|r| &r.requests))
-        .or_else(|| from_resources(|r| &r.limits))
+        .guest_memory()
+        .or_else(|| domain.memory_request())
+        .or_else(|| domain.memory_limit())
         .ok_or_else(|| "no guest memory is set".to_string())?;
     quantity::to_u64(quantity).map_err(|e| e.to_string())
 }
 
 /// `resources.requests.memory` in bytes, when the VMI gives it.
 fn requested_memory_bytes(vmi: &VirtualMachineInstance) -> Result<Option<u64>, String> {
-    let resources = vmi.spec.domain.resources.as_ref();
-    let Some(request) = resources.and_then(|r| r.requests.as_ref()?.get("memory")) else {
-        return Ok(None);
-    };
-    quantity::to_u64(request)
-        .map(Some)
+    (vmi.spec.domain.memory_request())
+        .map(quantity::to_u64)
+        .transpose()
         .map_err(|e| format!("resources.requests.memory: {e}"))
 }
 

@@ -30,18 +30,14 @@ pub fn validate_vmi(vmi: &VirtualMachineInstance) -> Result<(), Vec<FieldError>>
 /// fill in; the VMI made of it is refused here with the field's path.
 fn validate_memory_given(domain: &DomainSpec, errors: &mut Vec<FieldError>) {
     let path = Path::root("spec").child("domain");
-    let guest = domain.memory.as_ref().and_then(|m| m.guest.as_ref());
-    let resources = domain.resources.as_ref();
-    let request = resources.and_then(|r| r.requests.as_ref()?.get("memory"));
-    let limit = resources.and_then(|r| r.limits.as_ref()?.get("memory"));
     let given = [
-        (guest, path.child("memory").child("guest")),
+        (domain.guest_memory(), path.child("memory").child("guest")),
         (
-            request,
+            domain.memory_request(),
             path.child("resources").child("requests").child("memory"),
         ),
         (
-            limit,
+            domain.memory_limit(),
             path.child("resources").child("limits").child("memory"),
         ),
     ]
