@@ -15,7 +15,10 @@
 //!
 //! Launcher Pod:
 //! - [`LAUNCHER_SOCKET_DIR`]: the VMI's socket directory;
-//! - [`CONTAINER_DISK_DIR`]`/<volume>/`: the copy of containerDisk volume `<volume>`;
+//! - containerDisk volume `<volume>`: the root of its own container, which sleeps with
+//!   [`CONTAINER_DISK_ENV`]`=<volume>` in its environment; the Pod shares one PID namespace, so
+//!   the launcher reads the image as `/proc/<pid>/root` (outside a Pod, a directory
+//!   [`CONTAINER_DISK_DIR`]`/<volume>/` stands for it);
 //! - [`KERNEL_BOOT_DIR`]: the kernel and initrd of `firmware.kernelBoot.container`;
 //! - [`PRIVATE_DIR`], [`PVC_DISK_DIR`]`/<volume>/disk.img`: persistentVolumeClaim volumes
 //!   (KubeVirt's layout);
@@ -49,8 +52,12 @@ pub fn pod_socket_dir(pods_dir: &std::path::Path, pod_uid: &str) -> std::path::P
 
 /// Where the launcher sees its socket directory.
 pub const LAUNCHER_SOCKET_DIR: &str = "/var/run/kubevirt/sockets";
-/// Where the launcher finds containerDisk copies: `<this>/<volume name>/<file>`.
+/// Where a launcher outside a launcher Pod (tests, benchmarks) finds containerDisk images:
+/// `<this>/<volume name>/<file>`. In a Pod nothing is there: see [`CONTAINER_DISK_ENV`].
 pub const CONTAINER_DISK_DIR: &str = "/var/run/kubevirt/container-disks";
+/// The environment variable that marks the process of containerDisk volume `<value>`'s
+/// container in the launcher Pod (whose root filesystem is the image).
+pub const CONTAINER_DISK_ENV: &str = "FERROVIRT_CONTAINER_DISK";
 /// Where the launcher finds a kernelBoot kernel and initrd: `<this>/<file name>`.
 pub const KERNEL_BOOT_DIR: &str = "/var/run/kubevirt/kernel-boot";
 /// The launcher Pod's private directory (an emptyDir); PVCs are mounted below it.

@@ -12,7 +12,7 @@
 //!    first declared.
 //! 2. Its file comes from the volume plan ([`crate::converter::volumes`]) and is read where it
 //!    is, before the volumes are prepared and without writing it: a containerDisk's image in its
-//!    mount (raw or qcow2; the file [`find_container_disk`] picks, the one the VM's private copy
+//!    container (raw or qcow2; the file [`container_disk::locate`] picks, the one the VM's private copy
 //!    is made from), a PVC's `disk.img`, an emptyDisk's file when a VM before made it (a new
 //!    one is blank). A cloud-init seed is not an OS disk.
 //! 3. [`bootdisk::find_boot`] within [`boot_limits`] (no mounting, no privileges, image contents
@@ -38,7 +38,8 @@ use crate::converter::disks;
 use crate::converter::volumes::{VolumePlan, VolumeSource};
 use crate::converter::{BootDiscovery, FoundKernel};
 use crate::util::chain;
-use crate::volumes::prepare::{find_container_disk, PrepareError};
+use crate::volumes::container_disk;
+use crate::volumes::prepare::PrepareError;
 
 /// The directory of the run directory that holds the kernel and initrd taken from the disk.
 pub const BOOT_FILES_DIR: &str = "boot";
@@ -121,12 +122,8 @@ pub fn discover_boot(
         VolumeSource::ContainerDisk {
             mount,
             path_in_image,
-        } => find_container_disk(mount, path_in_image.as_deref()).ok_or_else(|| {
-            PrepareError::ContainerDiskNotFound {
-                volume: plan.name.clone(),
-                mount: mount.clone(),
-            }
-        })?,
+        } => container_disk::locate(&plan.name, mount, path_in_image.as_deref())
+            .map_err(PrepareError::from)?,
         VolumeSource::PersistentVolumeClaim if plan.disk.is_file() => plan.disk.clone(),
         VolumeSource::PersistentVolumeClaim => {
             return Err(PrepareError::PvcDiskMissing {
@@ -258,7 +255,8 @@ mod tests {
             let root = std::env::temp_dir()
                 .join(format!("launcher-discovery-{name}-{}", std::process::id()));
             let _ = std::fs::remove_dir_all(&root);
-            std::fs::create_dir_all(&root).unwrap();
+            // The containerDisks' directory: a launcher outside a Pod.
+            std::fs::create_dir_all(root.join("cd")).unwrap();
             Dirs { root }
         }
 
@@ -572,10 +570,7 @@ mod tests {
             .discover(&vmi(&[("root", None)], &[("root", container_disk())]))
             .unwrap_err();
         assert!(
-            matches!(
-                err,
-                DiscoveryError::Missing(PrepareError::ContainerDiskNotFound { .. })
-            ),
+            matches!(err, DiscoveryError::Missing(PrepareError::ContainerDisk(_))),
             "{err}"
         );
         let err = dirs

@@ -3,8 +3,9 @@
 //! and the launcher's `volumes::prepare` carries it out (`volumes::plan` is this module).
 //!
 //! Layout (all directories come from [`HostFacts`]):
-//! - containerDisk `NAME`: the image is mounted at `container_disk_dir/NAME/`; the disk is its
-//!   `path` or the first file under `disk/`. The VM uses a private writable copy at
+//! - containerDisk `NAME`: the image is the root of its container in the launcher Pod
+//!   (`volumes::container_disk`), or a directory `container_disk_dir/NAME/` outside a Pod; the
+//!   disk is its `path` or the first file under `disk/`. The VM uses a private writable copy at
 //!   `generated_disk_dir/NAME.img` (the image itself is never written).
 //! - emptyDisk `NAME`: a sparse file of the capacity at `generated_disk_dir/NAME.img`.
 //! - cloudInitNoCloud `NAME`: a read-only `cidata` disk at `generated_disk_dir/NAME.img`.
@@ -21,7 +22,7 @@ use super::{FieldProblem, HostFacts};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum VolumeSource {
     ContainerDisk {
-        /// Where the Pod mounts the image.
+        /// Where a launcher outside a Pod finds the image (in a Pod, its container holds it).
         mount: PathBuf,
         /// `containerDisk.path` (inside the image), if set.
         path_in_image: Option<String>,

@@ -1,8 +1,8 @@
 //! Carrying out the volume plan (I/O), before the VM starts.
 //!
-//! - containerDisk: the disk is found under the mount (`containerDisk.path`, else the first
-//!   file under `disk/`, else the first file at the top). It is never written: the VM gets a
-//!   private writable raw copy. Raw images are copied sparsely (all-zero 64 KiB blocks become
+//! - containerDisk: the disk is read where its container holds it ([`super::container_disk`]:
+//!   `containerDisk.path`, else the first file under `disk/`, else the first file at the top).
+//!   It is never written: the VM gets a private writable raw copy. Raw images are copied sparsely (all-zero 64 KiB blocks become
 //!   holes, so a mostly empty image costs little); qcow2 images are converted to raw with
 //!   `qemu-img convert` (Debian package `qemu-utils`). One raw format serves both backends (the
 //!   KVM VMM reads raw files only). The copy lives in the Pod's ephemeral storage and goes
@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::cloud_init::{write_seed_iso, SeedError};
+use super::container_disk::{self, LocateError};
 use super::plan::{VolumePlan, VolumeSource};
 
 const BLOCK: usize = 64 * 1024;
@@ -25,8 +26,8 @@ const QCOW2_MAGIC: &[u8; 4] = b"QFI\xfb";
 /// Why a volume could not be prepared.
 #[derive(Debug, thiserror::Error)]
 pub enum PrepareError {
-    #[error("containerDisk volume {volume:?}: no disk image under {mount}")]
-    ContainerDiskNotFound { volume: String, mount: PathBuf },
+    #[error(transparent)]
+    ContainerDisk(#[from] LocateError),
     #[error("containerDisk volume {volume:?}: cannot copy {from} to {to}")]
     Copy {
         volume: String,
@@ -80,12 +81,7 @@ fn prepare_one(plan: &VolumePlan) -> Result<(), PrepareError> {
             mount,
             path_in_image,
         } => {
-            let source = find_container_disk(mount, path_in_image.as_deref()).ok_or_else(|| {
-                PrepareError::ContainerDiskNotFound {
-                    volume: volume.clone(),
-                    mount: mount.clone(),
-                }
-            })?;
+            let source = container_disk::locate(&volume, mount, path_in_image.as_deref())?;
             private_raw_copy(&volume, &source, &plan.disk)
         }
         VolumeSource::EmptyDisk { capacity } => {
@@ -118,27 +114,6 @@ fn prepare_one(plan: &VolumePlan) -> Result<(), PrepareError> {
             }
         }
     }
-}
-
-/// The disk file of a containerDisk mounted at `mount`.
-pub fn find_container_disk(mount: &Path, path_in_image: Option<&str>) -> Option<PathBuf> {
-    if let Some(path) = path_in_image {
-        let candidate = mount.join(path.trim_start_matches('/'));
-        return candidate.is_file().then_some(candidate);
-    }
-    [mount.join("disk"), mount.to_path_buf()]
-        .into_iter()
-        .find_map(|dir| first_file(&dir))
-}
-
-fn first_file(dir: &Path) -> Option<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file())
-        .collect();
-    files.sort();
-    files.into_iter().next()
 }
 
 fn private_raw_copy(volume: &str, from: &Path, to: &Path) -> Result<(), PrepareError> {
@@ -288,27 +263,6 @@ mod tests {
     }
 
     #[test]
-    fn container_disk_lookup() {
-        let dir = temp_dir("lookup");
-        std::fs::create_dir_all(dir.join("disk")).unwrap();
-        assert_eq!(find_container_disk(&dir, None), None);
-        std::fs::write(dir.join("top.img"), b"x").unwrap();
-        assert_eq!(find_container_disk(&dir, None), Some(dir.join("top.img")));
-        std::fs::write(dir.join("disk/b.qcow2"), b"x").unwrap();
-        std::fs::write(dir.join("disk/a.img"), b"x").unwrap();
-        assert_eq!(
-            find_container_disk(&dir, None),
-            Some(dir.join("disk/a.img"))
-        );
-        assert_eq!(
-            find_container_disk(&dir, Some("/disk/b.qcow2")),
-            Some(dir.join("disk/b.qcow2"))
-        );
-        assert_eq!(find_container_disk(&dir, Some("/disk/none")), None);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
     fn empty_disk_is_sparse_and_missing_sources_are_named() {
         let dir = temp_dir("empty");
         let empty = VolumePlan {
@@ -340,6 +294,10 @@ mod tests {
             readonly: false,
         };
         let err = prepare(&[missing_cd]).unwrap_err();
+        assert!(
+            matches!(err, PrepareError::ContainerDisk(LocateError::NoDisk { .. })),
+            "{err}"
+        );
         assert!(err.to_string().contains("nothing"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
