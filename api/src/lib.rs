@@ -38,6 +38,7 @@ pub mod instancetype_types;
 pub mod kubevirt;
 #[rustfmt::skip]
 pub mod kubevirt_fields;
+pub mod launcher_pod;
 pub mod masquerade;
 pub mod migration;
 pub mod migration_policy;

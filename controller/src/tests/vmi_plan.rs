@@ -171,8 +171,8 @@ fn unschedulable_and_image_pull_errors_are_conditions() {
     assert!(c.message.as_ref().unwrap().contains("Insufficient memory"));
 
     let pull = pod(
-        json!({"phase": "Pending", "initContainerStatuses": [
-        {"name": "volumecontainerdisk-init", "ready": false, "restartCount": 0, "image": "x", "imageID": "",
+        json!({"phase": "Pending", "containerStatuses": [
+        {"name": "volumecontainerdisk", "ready": false, "restartCount": 0, "image": "x", "imageID": "",
          "state": {"waiting": {"reason": "ErrImagePull", "message": "not found"}}}]}),
         Some("node01"),
     );
@@ -218,6 +218,22 @@ fn a_dead_or_missing_launcher_fails_the_vmi() {
         .status
         .unwrap();
     assert_eq!(status.phase, Some(VmiPhase::Succeeded));
+
+    // A containerDisk's container sleeps on in a Pod still Running: the launcher's end counts.
+    for (code, phase) in [(0, VmiPhase::Succeeded), (1, VmiPhase::Failed)] {
+        let launcher_ended = pod(
+            json!({"phase": "Running", "containerStatuses": [
+            {"name": "volumecontainerdisk", "ready": true, "restartCount": 0, "image": "c",
+             "imageID": "", "state": {"running": {}}},
+            {"name": "compute", "ready": false, "restartCount": 0, "image": "l", "imageID": "",
+             "state": {"terminated": {"exitCode": code}}}]}),
+            Some("node01"),
+        );
+        let status = plan(&vmi(Some(VmiPhase::Running)), &[launcher_ended], now())
+            .status
+            .unwrap();
+        assert_eq!(status.phase, Some(phase), "exit code {code}");
+    }
 }
 
 #[test]

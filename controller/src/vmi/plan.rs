@@ -8,6 +8,7 @@
 //! period on SIGTERM); the finalizer goes when no Pod is left.
 
 use api::condition::{self, Condition};
+use api::launcher_pod;
 pub use api::vmi::{remove_condition, set_condition, set_phase};
 use api::{VirtualMachineInstance, VirtualMachineInstanceStatus, VmiPhase};
 use k8s_openapi::api::core::v1::Pod;
@@ -128,7 +129,8 @@ pub fn plan(vmi: &VirtualMachineInstance, pods: &[Pod], now: Timestamp) -> VmiPl
 /// Moves the VMI along with its launcher Pod.
 fn follow_pod(status: &mut VirtualMachineInstanceStatus, pod: &Pod, now: Timestamp) {
     let pod_status = pod.status.clone().unwrap_or_default();
-    let pod_phase = pod_status.phase.as_deref().unwrap_or("Pending");
+    // The compute container's end is the launcher's, whatever the containerDisks' do.
+    let pod_phase = launcher_pod::phase(pod);
     let conditions = pod_status.conditions.clone().unwrap_or_default();
     let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
     let phase = status.phase.unwrap_or(VmiPhase::Pending);
@@ -152,16 +154,16 @@ fn follow_pod(status: &mut VirtualMachineInstanceStatus, pod: &Pod, now: Timesta
         copy.last_transition_time = scheduled.last_transition_time.clone();
         set_condition(status, copy);
     }
-    let compute = pod_status
-        .container_statuses
-        .unwrap_or_default()
-        .into_iter()
-        .find(|c| c.name == "compute");
+    let containers = pod_status.container_statuses.unwrap_or_default();
+    let compute = (containers.iter())
+        .find(|c| c.name == launcher_pod::COMPUTE_CONTAINER)
+        .cloned();
+    // An image that cannot be pulled: the launcher's, a containerDisk's or a kernelBoot's.
     let waiting = pod_status
         .init_container_statuses
         .unwrap_or_default()
         .into_iter()
-        .chain(compute.clone())
+        .chain(containers)
         .filter_map(|c| c.state.and_then(|s| s.waiting))
         .find(|w| {
             matches!(

@@ -302,12 +302,9 @@ async fn prepare_target(
     let Some(pod) = pod else {
         return Err(Some(format!("the target Pod {pod_name} is gone")));
     };
-    let phase = pod.status.as_ref().and_then(|s| s.phase.clone());
-    match phase.as_deref() {
-        Some("Running") => {}
-        Some("Failed") | Some("Succeeded") => {
-            return Err(Some(format!("the target Pod {pod_name} has ended")))
-        }
+    match api::launcher_pod::phase(&pod) {
+        "Running" => {}
+        "Failed" | "Succeeded" => return Err(Some(format!("the target Pod {pod_name} has ended"))),
         _ => return Err(None),
     }
     if let Some(pod_uid) = pod.metadata.uid.as_deref() {

@@ -54,10 +54,8 @@ pub(super) fn under_way(
     let pod_failed = match target_pod {
         None => Some("the target Pod is gone"),
         Some(pod) if !live(pod) => Some("the target Pod is being deleted"),
-        Some(pod) => match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
-            Some("Failed") | Some("Succeeded") => Some("the target Pod has ended"),
-            _ => None,
-        },
+        Some(pod) if api::launcher_pod::ended(pod) => Some("the target Pod has ended"),
+        Some(_) => None,
     };
     let (Some(pod), None) = (target_pod, pod_failed) else {
         // The source handler stops the stream when it sees this; the VM keeps running there.
