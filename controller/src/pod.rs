@@ -3,11 +3,14 @@
 //! Layout of the Pod (KubeVirt's, adapted to direct kernel boot):
 //! - init container `container-disk-binary` (launcher image) copies a static busybox into the
 //!   `container-disk-binary` emptyDir;
-//! - one init container `volume<NAME>-init` per containerDisk, running the containerDisk image
-//!   itself with that busybox, copies the image's `/disk/` into the `container-disks` emptyDir
-//!   at `/var/run/kubevirt/container-disks/<NAME>/`: the guest writes to that copy, never to
-//!   the image;
-//! - the same for a kernelBoot container, into `/var/run/kubevirt/kernel-boot/`;
+//! - one container `volume<NAME>` per containerDisk, as in KubeVirt: the containerDisk image
+//!   itself, which only sleeps (that busybox) with `FERROVIRT_CONTAINER_DISK=<NAME>` in its
+//!   environment, as the launcher's user with no capability. The Pod shares one PID namespace,
+//!   and the launcher reads the image in place as that process's `/proc/<pid>/root`
+//!   (`contract::layout`); no init container copies it first. The guest writes to the
+//!   launcher's private copy, never to the image;
+//! - an init container `kernel-boot` copies a kernelBoot container's kernel and initrd into
+//!   `/var/run/kubevirt/kernel-boot/`;
 //! - container `compute` runs virt-launcher with the VMI's memory (as the VM boots with it:
 //!   [`boot_memory_bytes`]) plus overhead, the
 //!   `devices.kubevirt.io/kvm` and `devices.kubevirt.io/tun` device-plugin resources, and the
@@ -20,14 +23,15 @@ use api::domain::KernelBootContainer;
 use api::quantity;
 use api::VirtualMachineInstance;
 use contract::layout::{
-    CONTAINER_DISK_DIR, EPHEMERAL_DISK_DIR, KERNEL_BOOT_DIR, LAUNCHER_RUN_DIR, LAUNCHER_SOCKET_DIR,
+    CONTAINER_DISK_ENV, EPHEMERAL_DISK_DIR, KERNEL_BOOT_DIR, LAUNCHER_RUN_DIR, LAUNCHER_SOCKET_DIR,
     LAUNCHER_USER_ID, PRIVATE_DIR, PVC_DISK_DIR, SOCKETS_VOLUME,
 };
 use contract::{annotations, labels, resources};
 use k8s_openapi::api::core::v1::{
-    Affinity, Capabilities, Container, EmptyDirVolumeSource, NodeAffinity, NodeSelectorRequirement,
-    NodeSelectorTerm, PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec,
-    PreferredSchedulingTerm, ResourceRequirements, SecurityContext, Volume, VolumeMount,
+    Affinity, Capabilities, Container, EmptyDirVolumeSource, EnvVar, NodeAffinity,
+    NodeSelectorRequirement, NodeSelectorTerm, PersistentVolumeClaimVolumeSource, Pod,
+    PodSecurityContext, PodSpec, PreferredSchedulingTerm, ResourceRequirements, SecurityContext,
+    Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -35,7 +39,7 @@ use kube::Resource;
 
 use crate::config::ClusterConfig;
 
-/// The static busybox the init containers use inside containerDisk images (which hold no
+/// The static busybox the containerDisk and kernelBoot containers run (their images hold no
 /// binaries of their own).
 const BUSYBOX_DIR: &str = "/var/run/kubevirt/container-disk-binary";
 const BUSYBOX_IN_LAUNCHER_IMAGE: &str = "/bin/busybox";
@@ -105,7 +109,6 @@ pub fn render_launcher_pod(
         empty_dir_volume(SOCKETS_VOLUME),
         empty_dir_volume("private"),
         empty_dir_volume("container-disk-binary"),
-        empty_dir_volume("container-disks"),
         // What the launcher writes: its disks and its run directory (the image's directories
         // are root's, and the launcher is not).
         empty_dir_volume("ephemeral-disks"),
@@ -114,7 +117,6 @@ pub fn render_launcher_pod(
     let mut compute_mounts = vec![
         mount(SOCKETS_VOLUME, LAUNCHER_SOCKET_DIR, false),
         mount("private", PRIVATE_DIR, false),
-        mount("container-disks", CONTAINER_DISK_DIR, false),
         mount("ephemeral-disks", EPHEMERAL_DISK_DIR, false),
         mount("runtime", LAUNCHER_RUN_DIR, false),
     ];
@@ -134,22 +136,15 @@ pub fn render_launcher_pod(
         security_context: init_security(cfg),
         ..Container::default()
     }];
+    let mut containers = Vec::new();
     for volume in &vmi.spec.volumes {
         if let Some(disk) = &volume.container_disk {
-            let target = format!("{CONTAINER_DISK_DIR}/{}", volume.name);
-            init_containers.push(copy_container(
-                &format!("volume{}-init", volume.name),
+            containers.push(container_disk_container(
+                &volume.name,
                 &disk.image,
                 disk.image_pull_policy
                     .as_deref()
                     .unwrap_or(&cfg.image_pull_policy),
-                vec![
-                    format!("mkdir -p {target}"),
-                    format!("cp -r /disk/. {target}/"),
-                ],
-                "container-disks",
-                CONTAINER_DISK_DIR,
-                cfg,
             ));
         }
         if let Some(pvc) = &volume.persistent_volume_claim {
@@ -236,7 +231,7 @@ pub fn render_launcher_pod(
     }
 
     let compute = Container {
-        name: "compute".into(),
+        name: api::launcher_pod::COMPUTE_CONTAINER.into(),
         image: Some(cfg.launcher_image.clone()),
         image_pull_policy: Some(cfg.image_pull_policy.clone()),
         command: Some(vec![
@@ -279,7 +274,10 @@ pub fn render_launcher_pod(
             ..ObjectMeta::default()
         },
         spec: Some(PodSpec {
-            containers: vec![compute],
+            share_process_namespace: (!containers.is_empty()).then_some(true),
+            // The containerDisks' containers first: the kubelet starts them in this order, so
+            // they run when the launcher looks for them.
+            containers: containers.into_iter().chain([compute]).collect(),
             init_containers: Some(init_containers),
             volumes: Some(volumes),
             restart_policy: Some("Never".into()),
@@ -475,6 +473,43 @@ fn copy_container(
         ]),
         resources: Some(small_resources()),
         security_context: init_security(cfg),
+        ..Container::default()
+    }
+}
+
+/// The container of containerDisk volume `volume`: the image, sleeping with
+/// [`CONTAINER_DISK_ENV`] naming the volume, with KubeVirt's resources for it. Root or not, it
+/// holds no capability, so the launcher (the same user, holding at least as much) may read its
+/// root filesystem through `/proc`.
+fn container_disk_container(volume: &str, image: &str, pull_policy: &str) -> Container {
+    Container {
+        name: format!("volume{volume}"),
+        image: Some(image.into()),
+        image_pull_policy: Some(pull_policy.into()),
+        command: Some(vec![
+            format!("{BUSYBOX_DIR}/busybox"),
+            "sleep".into(),
+            // About 68 years: busybox's sleep takes no `infinity`.
+            i32::MAX.to_string(),
+        ]),
+        env: Some(vec![EnvVar {
+            name: CONTAINER_DISK_ENV.into(),
+            value: Some(volume.into()),
+            value_from: None,
+        }]),
+        volume_mounts: Some(vec![mount("container-disk-binary", BUSYBOX_DIR, true)]),
+        resources: Some(ResourceRequirements {
+            requests: Some(BTreeMap::from([
+                ("cpu".to_string(), Quantity("1m".into())),
+                ("memory".to_string(), Quantity("1M".into())),
+            ])),
+            limits: Some(BTreeMap::from([
+                ("cpu".to_string(), Quantity("10m".into())),
+                ("memory".to_string(), Quantity("40M".into())),
+            ])),
+            ..ResourceRequirements::default()
+        }),
+        security_context: Some(restricted_container(false)),
         ..Container::default()
     }
 }

@@ -258,21 +258,59 @@ fn a_guestless_vmi_gets_the_memory_its_vm_boots_with_plus_overhead() {
 }
 
 #[test]
-fn container_disks_become_init_containers_that_copy_the_image() {
-    let pod = render(&vmi(), &ClusterConfig::default());
-    let init = pod.spec.as_ref().unwrap().init_containers.clone().unwrap();
-    let names: Vec<_> = init.iter().map(|c| c.name.as_str()).collect();
-    assert_eq!(names, ["container-disk-binary", "volumecontainerdisk-init"]);
-    let copy = &init[1];
-    assert_eq!(
-        copy.image.as_deref(),
-        Some("quay.io/kubevirt/cirros-container-disk-demo:latest")
-    );
-    let command = copy.command.as_ref().unwrap().join(" ");
-    assert!(
-        command.contains("cp -r /disk/. /var/run/kubevirt/container-disks/containerdisk/"),
-        "{command}"
-    );
+fn container_disks_run_as_containers_the_launcher_reads_in_place() {
+    for cfg in [
+        ClusterConfig::default(),
+        ClusterConfig {
+            root_launcher: true,
+            ..ClusterConfig::default()
+        },
+    ] {
+        let pod = render(&vmi(), &cfg);
+        let spec = pod.spec.as_ref().unwrap();
+        let init: Vec<_> = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(init, ["container-disk-binary"]);
+        let names: Vec<_> = spec.containers.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["volumecontainerdisk", "compute"]);
+        assert_eq!(spec.share_process_namespace, Some(true));
+        let disk = &spec.containers[0];
+        assert_eq!(
+            disk.image.as_deref(),
+            Some("quay.io/kubevirt/cirros-container-disk-demo:latest")
+        );
+        let command = disk.command.as_ref().unwrap().join(" ");
+        assert_eq!(
+            command,
+            "/var/run/kubevirt/container-disk-binary/busybox sleep 2147483647"
+        );
+        let env = disk.env.as_ref().unwrap();
+        assert_eq!(
+            (env[0].name.as_str(), env[0].value.as_deref()),
+            (contract::layout::CONTAINER_DISK_ENV, Some("containerdisk"))
+        );
+        // No capability, root or not: the launcher may read its root through /proc.
+        let context = disk.security_context.as_ref().unwrap();
+        let capabilities = context.capabilities.as_ref().unwrap();
+        assert_eq!(capabilities.drop.as_deref(), Some(&["ALL".to_string()][..]));
+        assert_eq!(capabilities.add, None);
+        // Nothing copies the image: no emptyDir for copies in the Pod or the launcher.
+        let volumes = spec.volumes.as_ref().unwrap();
+        assert!(
+            volumes.iter().all(|v| v.name != "container-disks"),
+            "{volumes:?}"
+        );
+        let requests = disk.resources.as_ref().unwrap().requests.as_ref().unwrap();
+        assert_eq!(requests["cpu"].0, "1m");
+    }
+    let mut without = vmi();
+    without.spec.volumes.retain(|v| v.container_disk.is_none());
+    let pod = render(&without, &ClusterConfig::default());
+    assert_eq!(pod.spec.as_ref().unwrap().share_process_namespace, None);
 }
 
 #[test]
