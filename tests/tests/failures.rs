@@ -1,6 +1,7 @@
 //! Failures on the local cluster: a VMI that no node can hold reports the scheduler's reason, a
-//! killed launcher fails its VMI with a reason, a restarted virt-handler leaves running VMs
-//! untouched, and a VM whose firmware UUID is not one starts no VMI and says why.
+//! containerDisk that cannot be pulled is reported on its VMI, a killed launcher fails its VMI
+//! with a reason, a restarted virt-handler leaves running VMs untouched, and a VM whose firmware
+//! UUID is not one starts no VMI and says why.
 
 use std::time::Duration;
 
@@ -56,6 +57,61 @@ async fn an_unschedulable_vmi_reports_the_schedulers_reason() {
             .unwrap_or_default()
             .contains("Insufficient memory"),
         "{condition:?}"
+    );
+}
+
+/// A containerDisk image the registry does not have: its container in the launcher Pod cannot
+/// start, the VMI stays Scheduling and says why (the kubelet's reason, as KubeVirt's VMI does).
+#[tokio::test]
+async fn a_container_disk_that_cannot_be_pulled_is_reported_on_the_vmi() {
+    let client = client().await;
+    let namespace = TestNamespace::create(&client, "e2e-pull").await;
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), &namespace.name);
+    let mut vmi = vmi("unpullable", "128Mi");
+    let disk = vmi
+        .spec
+        .volumes
+        .iter_mut()
+        .find_map(|v| v.container_disk.as_mut())
+        .expect("a containerDisk volume");
+    disk.image = "registry:5000/ferrovirt/no-such-container-disk:devel".into();
+    vmis.create(&PostParams::default(), &vmi)
+        .await
+        .expect("VMI created");
+    let condition = wait_for(
+        "a Synchronized=False condition naming the pull error",
+        Duration::from_secs(180),
+        || async {
+            vmis.get("unpullable")
+                .await
+                .ok()?
+                .status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "Synchronized" && c.status == "False")
+        },
+    )
+    .await;
+    assert!(
+        matches!(
+            condition.reason.as_deref(),
+            Some("ErrImagePull" | "ImagePullBackOff")
+        ),
+        "{condition:?}"
+    );
+    assert!(
+        condition
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("no-such-container-disk"),
+        "{condition:?}"
+    );
+    let phase = vmis.get("unpullable").await.expect("the VMI").status;
+    assert_eq!(
+        phase.and_then(|s| s.phase),
+        Some(VmiPhase::Scheduling),
+        "the VMI moved on without its disk"
     );
 }
 
