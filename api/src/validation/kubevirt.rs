@@ -20,6 +20,14 @@ pub const KNOWN_FEATURE_GATES: &[&str] = &[
     "Root",
 ];
 
+/// KubeVirt's feature gates for what Ferrovirt does not have, which a CR may therefore list as
+/// disabled (what it asks is what runs), with why enabling them is refused.
+pub const ABSENT_FEATURE_GATES: &[(&str, &str)] = &[(
+    "ImageVolume",
+    "Ferrovirt runs each containerDisk as a container of the launcher Pod and reads the image \
+     there; it does not mount Kubernetes image volumes",
+)];
+
 const UNINSTALL_STRATEGIES: [&str; 2] = ["RemoveWorkloads", "BlockUninstallIfWorkloadsExist"];
 
 /// Validates a KubeVirt CR.
@@ -104,12 +112,22 @@ pub fn validate_kubevirt(kv: &KubeVirt) -> Result<(), Vec<FieldError>> {
                 .iter()
                 .flat_map(|(f, list)| list.iter().enumerate().map(move |(i, g)| (*f, g, i)))
             {
-                if !KNOWN_FEATURE_GATES.contains(&gate.as_str()) {
-                    errors.push(FieldError::value_not_supported(
+                if KNOWN_FEATURE_GATES.contains(&gate.as_str()) {
+                    continue;
+                }
+                let absent = ABSENT_FEATURE_GATES.iter().find(|(g, _)| g == gate);
+                match absent {
+                    Some(_) if field == "disabledFeatureGates" => {}
+                    Some((_, why)) => errors.push(FieldError::value_not_supported(
+                        at.child(field).index(i),
+                        gate,
+                        why,
+                    )),
+                    None => errors.push(FieldError::value_not_supported(
                         at.child(field).index(i),
                         gate,
                         &format!("known feature gates are {KNOWN_FEATURE_GATES:?}"),
-                    ));
+                    )),
                 }
             }
         }

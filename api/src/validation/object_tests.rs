@@ -159,6 +159,21 @@ fn replica_set_migration_and_kubevirt_rules() {
             )],
         ),
         (
+            "ImageVolume disabled: Ferrovirt has no image volumes",
+            kubevirt(json!({"configuration": {"developerConfiguration":
+                {"disabledFeatureGates": ["ImageVolume"]}}})),
+            vec![],
+        ),
+        (
+            "ImageVolume enabled",
+            kubevirt(json!({"configuration": {"developerConfiguration":
+                {"featureGates": ["Snapshot", "ImageVolume"]}}})),
+            vec![(
+                "spec.configuration.developerConfiguration.featureGates[1]",
+                NotSupported,
+            )],
+        ),
+        (
             "SMBIOS settings",
             kubevirt(json!({"configuration": {"smbios": {
                 "manufacturer": "Acme", "product": "P", "version": "1", "sku": "S", "family": "F"
