@@ -35,6 +35,7 @@ usage: $0 COMMAND [ARGS]
   push-guest-images      push guest-images/build.sh's containerDisk and kernel images, and the Debian cloud image
                          (as registry:5000/ferrovirt/tiny-container-disk:latest and :devel,
                          quay.io/kubevirt/cirros-container-disk-demo:latest and :devel,
+                         quay.io/kubevirt/cirros-custom-container-disk-demo:latest and :devel,
                          quay.io/kubevirt/ferrovirt-kernel-boot:latest,
                          quay.io/kubevirt/alpine-container-disk-demo:latest,
                          quay.io/kubevirt/fedora-with-test-tooling-container-disk:latest and :devel,

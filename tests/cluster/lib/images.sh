@@ -170,6 +170,29 @@ push_guest_images() {
         # fresh registry, where no tag had an image before.)
         if [[ -n $have ]]; then forget_node_images "$ref"; fi
     done
+    push_cirros_custom_image
+}
+
+# KubeVirt's cirros-custom-container-disk-demo: CirrOS with its disk at /custom-disk/downloaded
+# instead of under /disk/ (its suite boots it with `containerDisk.path`): the cirros stand-in's
+# disk there, tagged by the disk's digest, and `latest` and `devel`.
+CIRROS_CUSTOM_REF=quay.io/kubevirt/cirros-custom-container-disk-demo
+push_cirros_custom_image() {
+    local disk=$GUEST_IMAGES_DIR/standins/cirros/disk.qcow2 key root tag
+    [[ -f $disk ]] || { log "missing $disk; $CIRROS_CUSTOM_REF not pushed"; return 0; }
+    key=$(sha256sum "$disk" | cut -c1-16)
+    if ! registry_has "$CIRROS_CUSTOM_REF:$key"; then
+        root=$(mktemp -d)
+        mkdir -p "$root/custom-disk"
+        cp "$disk" "$root/custom-disk/downloaded"
+        chmod 0755 "$root/custom-disk" && chmod 0644 "$root/custom-disk/downloaded"
+        build_image "$root" "$CIRROS_CUSTOM_REF:$key"
+        rm -rf "$root"
+    fi
+    for tag in latest devel; do
+        crane_ tag "$(local_ref "$CIRROS_CUSTOM_REF:$key")" "$tag" >/dev/null ||
+            die "could not tag $CIRROS_CUSTOM_REF:$key as $tag"
+    done
 }
 
 # forget_node_images REF: a tag the registry now gives another image is forgotten by the
