@@ -489,7 +489,7 @@ fn container_disk_container(volume: &str, image: &str, pull_policy: &str) -> Con
         command: Some(vec![
             format!("{BUSYBOX_DIR}/busybox"),
             "sleep".into(),
-            // About 68 years: busybox's sleep takes no `infinity`.
+            // About 68 years: longer than any Pod lives.
             i32::MAX.to_string(),
         ]),
         env: Some(vec![EnvVar {
