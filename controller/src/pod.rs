@@ -72,8 +72,17 @@ fn pod_annotations(vmi: &VirtualMachineInstance, name: &str) -> BTreeMap<String,
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     annotations.insert(annotations::DOMAIN.to_string(), name.to_string());
+    // `kubectl logs` and `kubectl exec` without `-c` pick the launcher among the Pod's
+    // containers, as on KubeVirt's launcher Pod.
+    annotations.insert(
+        DEFAULT_CONTAINER_ANNOTATION.to_string(),
+        api::launcher_pod::COMPUTE_CONTAINER.to_string(),
+    );
     annotations
 }
+
+/// The annotation kubectl reads for a Pod's default container.
+const DEFAULT_CONTAINER_ANNOTATION: &str = "kubectl.kubernetes.io/default-container";
 
 /// The guest's and the launcher Pod's host name, as KubeVirt's `SanitizeHostname` makes it:
 /// `spec.hostname`, else the VMI's name up to its first dot, cut to a DNS label's 63

@@ -96,6 +96,7 @@ fn the_vmis_annotations_are_carried_to_the_pod_but_kubectls_and_api_bookkeeping(
     assert_eq!(
         keys,
         [
+            "kubectl.kubernetes.io/default-container",
             "kubernetes.io/test",
             contract::annotations::DOMAIN,
             "kubevirt.io/test",
@@ -103,6 +104,10 @@ fn the_vmis_annotations_are_carried_to_the_pod_but_kubectls_and_api_bookkeeping(
         ]
     );
     assert_eq!(annotations["testannotation"], "annotation from vmi");
+    assert_eq!(
+        annotations["kubectl.kubernetes.io/default-container"],
+        "compute"
+    );
     assert_eq!(annotations[contract::annotations::DOMAIN], "testvmi");
 }
 
