@@ -12,9 +12,9 @@
 //!    first declared.
 //! 2. Its file comes from the volume plan ([`crate::converter::volumes`]) and is read where it
 //!    is, before the volumes are prepared and without writing it: a containerDisk's image in its
-//!    container (raw or qcow2; the file [`container_disk::locate`] picks, the one the VM's private copy
-//!    is made from), a PVC's `disk.img`, an emptyDisk's file when a VM before made it (a new
-//!    one is blank). A cloud-init seed is not an OS disk.
+//!    container (raw or qcow2; the file [`container_disk::locate`] picks, the one the VM's
+//!    private copy is made from), a PVC's `disk.img`, an emptyDisk's file when a VM before made
+//!    it (a new one is blank). A cloud-init seed is not an OS disk.
 //! 3. [`bootdisk::find_boot`] within [`boot_limits`] (no mounting, no privileges, image contents
 //!    are untrusted): the default boot entry's kernel, initrd and command line. The kernel and
 //!    initrd are written to `<run dir>/boot/` for the VMM to load: [`BootDiscovery::Found`].

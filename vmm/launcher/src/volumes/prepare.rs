@@ -2,11 +2,11 @@
 //!
 //! - containerDisk: the disk is read where its container holds it ([`super::container_disk`]:
 //!   `containerDisk.path`, else the first file under `disk/`, else the first file at the top).
-//!   It is never written: the VM gets a private writable raw copy. Raw images are copied sparsely (all-zero 64 KiB blocks become
-//!   holes, so a mostly empty image costs little); qcow2 images are converted to raw with
-//!   `qemu-img convert` (Debian package `qemu-utils`). One raw format serves both backends (the
-//!   KVM VMM reads raw files only). The copy lives in the Pod's ephemeral storage and goes
-//!   with it.
+//!   It is never written: the VM gets a private writable raw copy. Raw images are copied
+//!   sparsely (all-zero 64 KiB blocks become holes, so a mostly empty image costs little);
+//!   qcow2 images are converted to raw with `qemu-img convert` (Debian package `qemu-utils`).
+//!   One raw format serves both backends (the KVM VMM reads raw files only). The copy lives in
+//!   the Pod's ephemeral storage and goes with it.
 //! - emptyDisk: a sparse file of the capacity (created once; kept while the Pod lives).
 //! - cloudInitNoCloud: a fresh `cidata` ISO ([`super::cloud_init`]).
 //! - persistentVolumeClaim: `disk.img` must exist in the mounted volume; it is used in place.
