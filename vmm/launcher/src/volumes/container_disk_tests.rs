@@ -4,13 +4,7 @@ use std::time::Duration;
 use super::*;
 
 fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "launcher-container-disk-{name}-{}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    crate::util::scratch_dir(&format!("container-disk-{name}"))
 }
 
 #[test]
