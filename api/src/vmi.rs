@@ -363,3 +363,17 @@ pub fn set_condition(status: &mut VirtualMachineInstanceStatus, mut new: Conditi
 pub fn remove_condition(status: &mut VirtualMachineInstanceStatus, type_: &str) {
     status.conditions.retain(|c| c.type_ != type_);
 }
+
+/// The condition virt-handler gives a running VMI to say which backend runs its VM: True for
+/// QEMU TCG (software emulation), False for Ferrovirt's KVM VMM; its reason names the backend.
+pub const SOFTWARE_EMULATION: &str = "SoftwareEmulation";
+
+/// Whether the VMI's VM runs under software emulation ([`SOFTWARE_EMULATION`]); `None` before
+/// virt-handler has said.
+pub fn software_emulation(status: Option<&VirtualMachineInstanceStatus>) -> Option<bool> {
+    status?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == SOFTWARE_EMULATION)
+        .map(Condition::is_true)
+}

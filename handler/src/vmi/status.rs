@@ -12,7 +12,7 @@
 //! ([`status_after_sync_failure`]).
 
 use api::condition::Condition;
-use api::vmi::{set_condition, set_phase, GuestOsInfo, VmiNetworkInterface};
+use api::vmi::{set_condition, set_phase, GuestOsInfo, VmiNetworkInterface, SOFTWARE_EMULATION};
 use api::{VirtualMachineInstance, VirtualMachineInstanceStatus, VmiPhase};
 use contract::proto::v1::{Backend, BootOrigin, Domain, DomainState, GuestAgent};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -87,7 +87,7 @@ pub fn status_from_domain(
         set_condition(
             &mut status,
             Condition::new(
-                "SoftwareEmulation",
+                SOFTWARE_EMULATION,
                 emulated,
                 if emulated { "QemuTcg" } else { "Kvm" },
                 &domain.backend_reason,
