@@ -60,6 +60,50 @@ pub fn choose(use_emulation: bool, kvm: &KvmCapability) -> BackendChoice {
     BackendChoice { kind, reason }
 }
 
+/// The backend a migration's source runs, as virt-handler reported it in the VMI's
+/// `SoftwareEmulation` condition (True: QEMU TCG, False: the KVM VMM); `None` before it did.
+pub fn source_backend(vmi: &api::VirtualMachineInstance) -> Option<BackendKind> {
+    api::vmi::software_emulation(vmi.status.as_ref()).map(|emulated| {
+        if emulated {
+            BackendKind::QemuTcg
+        } else {
+            BackendKind::Kvm
+        }
+    })
+}
+
+/// The backend of a migration target: the source's, since each backend reads only its own
+/// migration stream. A target that would have chosen the KVM VMM runs QEMU TCG for a source on
+/// QEMU TCG; a target that cannot run the KVM VMM (or whose `--backend` flag, `forced`, rules
+/// out the source's) refuses, with the reason.
+pub fn migration_target_backend(
+    choice: BackendChoice,
+    source: Option<BackendKind>,
+    forced: Option<BackendKind>,
+) -> Result<BackendChoice, String> {
+    match (source, choice.kind, forced) {
+        (None, ..) => Ok(choice),
+        (Some(source), kind, _) if source == kind => Ok(choice),
+        (Some(BackendKind::QemuTcg), BackendKind::Kvm, Some(BackendKind::Kvm)) => Err(
+            "the migration source runs on QEMU TCG, and this launcher's --backend flag forces \
+             the KVM VMM"
+                .into(),
+        ),
+        (Some(BackendKind::QemuTcg), BackendKind::Kvm, _) => Ok(BackendChoice {
+            kind: BackendKind::QemuTcg,
+            reason: format!(
+                "the migration source runs on QEMU TCG, whose stream only QEMU reads (this node \
+                 alone would run the KVM VMM: {})",
+                choice.reason
+            ),
+        }),
+        (Some(_), _, _) => Err(format!(
+            "the migration source runs on the KVM VMM, which this node cannot run: {}",
+            choice.reason
+        )),
+    }
+}
+
 /// What the backend sees of the VM.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum VmStatus {
@@ -280,6 +324,66 @@ mod tests {
             assert_eq!(choice.kind, kind);
             assert!(choice.reason.contains(reason), "{}", choice.reason);
         }
+    }
+
+    #[test]
+    fn a_migration_target_runs_the_sources_backend() {
+        let kvm = choose(false, &KvmCapability::Hardware);
+        let tcg = choose(false, &KvmCapability::PvmOnly);
+        let qemu = Some(BackendKind::QemuTcg);
+        let vmm = Some(BackendKind::Kvm);
+        assert_eq!(
+            migration_target_backend(kvm.clone(), None, None),
+            Ok(kvm.clone())
+        );
+        assert_eq!(
+            migration_target_backend(kvm.clone(), vmm, None),
+            Ok(kvm.clone())
+        );
+        assert_eq!(
+            migration_target_backend(tcg.clone(), qemu, None),
+            Ok(tcg.clone())
+        );
+        // A node with hardware KVM receives a QEMU TCG guest on QEMU TCG.
+        let moved = migration_target_backend(kvm.clone(), qemu, None).unwrap();
+        assert_eq!(moved.kind, BackendKind::QemuTcg);
+        assert!(
+            moved.reason.contains("source runs on QEMU TCG"),
+            "{}",
+            moved.reason
+        );
+        assert!(moved.reason.contains("hardware"), "{}", moved.reason);
+        let forced = migration_target_backend(kvm, qemu, vmm).unwrap_err();
+        assert!(forced.contains("--backend"), "{forced}");
+        // A node without it cannot receive a guest of the KVM VMM.
+        let refused = migration_target_backend(tcg, vmm, None).unwrap_err();
+        assert!(refused.contains("KVM VMM"), "{refused}");
+        assert!(refused.contains("PVM"), "{refused}");
+    }
+
+    #[test]
+    fn the_source_backend_is_the_vmis_software_emulation_condition() {
+        let vmi = |conditions: serde_json::Value| -> api::VirtualMachineInstance {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+                "metadata": {"name": "v"}, "spec": {"domain": {"devices": {}}},
+                "status": {"conditions": conditions}
+            }))
+            .unwrap()
+        };
+        let condition = |status: &str| {
+            serde_json::json!([{"type": "Ready", "status": "True"},
+                               {"type": "SoftwareEmulation", "status": status}])
+        };
+        assert_eq!(
+            source_backend(&vmi(condition("True"))),
+            Some(BackendKind::QemuTcg)
+        );
+        assert_eq!(
+            source_backend(&vmi(condition("False"))),
+            Some(BackendKind::Kvm)
+        );
+        assert_eq!(source_backend(&vmi(serde_json::json!([]))), None);
     }
 
     #[test]

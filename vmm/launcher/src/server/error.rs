@@ -46,6 +46,8 @@ pub enum SyncError {
     OtherVmi(String),
     #[error("firmware.bootloader ({0}) runs on the QEMU backend only, and {1}")]
     FirmwareNeedsQemu(&'static str, &'static str),
+    #[error("{0}")]
+    MigrationBackend(String),
 }
 
 impl SyncError {
@@ -61,7 +63,8 @@ impl SyncError {
             | SyncError::Qemu(QemuStartError::QemuMissing)
             | SyncError::Qemu(QemuStartError::MissingFile(_))
             | SyncError::Qemu(QemuStartError::OvmfMissing(_))
-            | SyncError::FirmwareNeedsQemu(..) => Code::FailedPrecondition,
+            | SyncError::FirmwareNeedsQemu(..)
+            | SyncError::MigrationBackend(_) => Code::FailedPrecondition,
             SyncError::Network(e) if e.is_precondition() => Code::FailedPrecondition,
             SyncError::OtherVmi(_) => Code::FailedPrecondition,
             _ => Code::Internal,

@@ -33,7 +33,7 @@ use crate::agent::{AgentChannel, Timings};
 use crate::backend::kvm::KvmVm;
 use crate::backend::qemu::{Acpi, Machine, QemuVm};
 use crate::backend::{
-    choose, Backend, BackendChoice, BackendError, BackendKind, MigrationParams, VmStatus,
+    self, choose, Backend, BackendChoice, BackendError, BackendKind, MigrationParams, VmStatus,
 };
 use crate::console::ConsoleRelay;
 use crate::converter::{self, HostFacts, KernelOrigin};
@@ -286,6 +286,11 @@ impl Launcher {
         log::info!("boot: {}", boot.description);
         if let Some(firmware) = &firmware {
             choice = firmware_backend(choice, firmware, self.settings.force_backend)?;
+        }
+        if incoming {
+            let source = backend::source_backend(&vmi);
+            choice = backend::migration_target_backend(choice, source, self.settings.force_backend)
+                .map_err(SyncError::MigrationBackend)?;
         }
         check_sockets(&config, &facts)?;
         volumes::prepare::prepare(&plans)?;
