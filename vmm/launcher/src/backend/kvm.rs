@@ -470,6 +470,7 @@ impl Backend for KvmVm {
         set_timeouts(&stream)
             .map_err(|e| BackendError::Vmm(format!("configure the migration stream: {e}")))?;
         let mut migration = Migration::new();
+        lock(&migration.progress).total_bytes = bytes_to_migrate(&self.config, &options);
         *lock(&migration.stream) = stream.try_clone().ok();
         let (progress, bytes, abort) = (
             Arc::clone(&migration.progress),
@@ -548,5 +549,62 @@ impl Drop for KvmVm {
             migration.abort();
             migration.join();
         }
+    }
+}
+
+/// What a migration has to move, as KubeVirt counts it for `completionTimeoutPerGiB`: the
+/// guest's memory and the size of each disk it copies (writable, not on shared storage). A
+/// disk file that cannot be read counts nothing.
+fn bytes_to_migrate(config: &VmConfig, options: &MigrationOptions) -> u64 {
+    let disks: u64 = config
+        .disks
+        .iter()
+        .filter(|d| !d.readonly && !options.shared_disks.contains(&d.id))
+        .filter_map(|d| std::fs::metadata(&d.path).ok())
+        .map(|m| m.len())
+        .sum();
+    config.memory.size + disks
+}
+
+#[cfg(test)]
+mod tests {
+    use vmm::config::DiskConfig;
+
+    use super::*;
+
+    #[test]
+    fn a_migration_moves_the_memory_and_the_disks_it_copies() {
+        let dir = crate::util::scratch_dir("kvm-migration-total");
+        let disk = |id: &str, len: u64, readonly: bool| {
+            let path = dir.join(id);
+            std::fs::File::create(&path).unwrap().set_len(len).unwrap();
+            DiskConfig {
+                id: id.into(),
+                path,
+                readonly,
+            }
+        };
+        let mut config = VmConfig::default();
+        config.memory.size = 128 << 20;
+        config.disks = vec![
+            disk("root", 40 << 20, false),
+            disk("cloudinit", 1 << 20, true),
+            disk("scratch", 64 << 30, false),
+        ];
+        let mut options = MigrationOptions::default();
+        assert_eq!(
+            bytes_to_migrate(&config, &options),
+            (128 << 20) + (40 << 20) + (64 << 30)
+        );
+        // Without block migration the writable disks are shared: only the memory moves.
+        options.shared_disks = vec!["root".into(), "scratch".into()];
+        assert_eq!(bytes_to_migrate(&config, &options), 128 << 20);
+        // A disk file that is gone counts nothing.
+        options.shared_disks.clear();
+        std::fs::remove_file(dir.join("scratch")).unwrap();
+        assert_eq!(
+            bytes_to_migrate(&config, &options),
+            (128 << 20) + (40 << 20)
+        );
     }
 }
