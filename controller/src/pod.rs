@@ -394,15 +394,21 @@ fn launcher_affinity(vmi: &VirtualMachineInstance, cfg: &ClusterConfig) -> Optio
         .push(PreferredSchedulingTerm {
             weight: HARDWARE_KVM_PREFERENCE_WEIGHT,
             preference: NodeSelectorTerm {
-                match_expressions: Some(vec![NodeSelectorRequirement {
-                    key: labels::KVM.into(),
-                    operator: "In".into(),
-                    values: Some(vec![labels::KVM_HARDWARE.into()]),
-                }]),
+                match_expressions: Some(vec![hardware_kvm()]),
                 match_fields: None,
             },
         });
     Some(affinity)
+}
+
+/// The node selector requirement `ferrovirt.io/kvm In (hardware)`: a node whose KVM runs
+/// standard guests, where the launcher runs the VM on the KVM VMM.
+pub fn hardware_kvm() -> NodeSelectorRequirement {
+    NodeSelectorRequirement {
+        key: labels::KVM.into(),
+        operator: "In".into(),
+        values: Some(vec![labels::KVM_HARDWARE.into()]),
+    }
 }
 
 /// Guest memory in bytes: `memory.guest`, else `resources.requests.memory`, else limits.

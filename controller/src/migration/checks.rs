@@ -24,15 +24,6 @@ pub fn check_migratable(
     vmi: &VirtualMachineInstance,
     pvc_access_modes: &BTreeMap<String, Vec<String>>,
 ) -> Result<(), NotMigratable> {
-    check(vmi, vmi.status.as_ref(), pvc_access_modes)
-}
-
-/// [`check_migratable`] for `vmi` with `status` (which may be newer than `vmi.status`).
-fn check(
-    vmi: &VirtualMachineInstance,
-    status: Option<&VirtualMachineInstanceStatus>,
-    pvc_access_modes: &BTreeMap<String, Vec<String>>,
-) -> Result<(), NotMigratable> {
     for volume in &vmi.spec.volumes {
         if let Some(pvc) = &volume.persistent_volume_claim {
             let shared = pvc_access_modes
@@ -58,15 +49,6 @@ fn check(
             });
         }
     }
-    let kvm = status
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "SoftwareEmulation"))
-        .is_some_and(|c| !c.is_true());
-    if kvm {
-        return Err(NotMigratable {
-            reason: "InterfaceNotLiveMigratable",
-            message: "cannot migrate VMI: it runs on the KVM VMM, whose launcher cannot live-migrate yet (only the QEMU TCG backend can)".into(),
-        });
-    }
     Ok(())
 }
 
@@ -86,7 +68,7 @@ pub fn refresh_live_migratable(
     status: &mut VirtualMachineInstanceStatus,
     pvc_access_modes: &BTreeMap<String, Vec<String>>,
 ) -> (Result<(), NotMigratable>, bool) {
-    let verdict = check(vmi, Some(status), pvc_access_modes);
+    let verdict = check_migratable(vmi, pvc_access_modes);
     let condition = migratable_condition(&verdict);
     let known = status
         .conditions
@@ -227,16 +209,15 @@ mod tests {
     }
 
     #[test]
-    fn a_vmi_on_the_kvm_vmm_is_not_migratable() {
-        let mut kvm = vmi(json!([]));
+    fn a_vmi_on_the_kvm_vmm_is_migratable() {
+        let mut kvm = vmi(json!([{"name": "c", "containerDisk": {"image": "x"}}]));
         kvm.status.as_mut().unwrap().conditions.push(Condition::new(
             "SoftwareEmulation",
             false,
             "Kvm",
             "",
         ));
-        let err = check_migratable(&kvm, &BTreeMap::new()).unwrap_err();
-        assert!(err.message.contains("KVM"), "{}", err.message);
+        assert_eq!(check_migratable(&kvm, &BTreeMap::new()), Ok(()));
     }
 
     #[test]
@@ -255,15 +236,13 @@ mod tests {
         assert!(condition(&status).is_true());
         // Nothing new: no write.
         assert!(!refresh_live_migratable(&v, &mut status, &BTreeMap::new()).1);
-        // virt-handler reports the KVM backend in the same status: now it is not migratable.
-        status
-            .conditions
-            .push(Condition::new("SoftwareEmulation", false, "Kvm", ""));
-        let (verdict, changed) = refresh_live_migratable(&v, &mut status, &BTreeMap::new());
+        // A hostDisk volume added to the VMI: now it is not migratable.
+        let host = vmi(json!([{"name": "h", "hostDisk": {"path": "/x", "type": "Disk"}}]));
+        let (verdict, changed) = refresh_live_migratable(&host, &mut status, &BTreeMap::new());
         assert!(verdict.is_err() && changed);
         let now = condition(&status);
         assert!(!now.is_true());
-        assert_eq!(now.reason.as_deref(), Some("InterfaceNotLiveMigratable"));
+        assert_eq!(now.reason.as_deref(), Some("HostDiskNotLiveMigratable"));
         assert_eq!(
             status
                 .conditions

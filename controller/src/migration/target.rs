@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::{
 };
 
 use crate::config::ClusterConfig;
-use crate::pod::{render_launcher_pod, RenderError};
+use crate::pod::{hardware_kvm, render_launcher_pod, RenderError};
 
 /// The characters of the suffix the API server gives a generated name (Kubernetes' `utilrand`
 /// alphabet: no vowels, no digits that pass for letters).
@@ -37,7 +37,10 @@ pub fn target_pod_name(generate_name: &str, migration_uid: &str) -> String {
 }
 
 /// The target launcher Pod: the VMI's launcher Pod, labelled with the migration and named by
-/// [`target_pod_name`], that the scheduler must put on another node than `source_node`.
+/// [`target_pod_name`], that the scheduler must put on another node than `source_node`, and
+/// where the source's backend runs (each backend reads only its own migration stream): a VM on
+/// the KVM VMM needs a node labelled `ferrovirt.io/kvm=hardware`; a VM on QEMU TCG runs on QEMU
+/// TCG wherever the target lands, so its Pod loses the launcher Pod's preference for such nodes.
 pub fn render_target_pod(
     vmi: &VirtualMachineInstance,
     cfg: &ClusterConfig,
@@ -56,26 +59,41 @@ pub fn render_target_pod(
         operator: "NotIn".into(),
         values: Some(vec![source_node.to_string()]),
     };
+    let mut required = vec![away];
+    let emulated = api::vmi::software_emulation(vmi.status.as_ref());
+    if emulated == Some(false) {
+        required.push(hardware_kvm());
+    }
     if let Some(spec) = pod.spec.as_mut() {
         let affinity = spec.affinity.get_or_insert_with(Affinity::default);
         let node = affinity
             .node_affinity
             .get_or_insert_with(NodeAffinity::default);
-        let required = node
+        if emulated == Some(true) {
+            if let Some(preferred) = node
+                .preferred_during_scheduling_ignored_during_execution
+                .as_mut()
+            {
+                preferred.retain(|term| {
+                    term.preference.match_expressions.as_deref() != Some(&[hardware_kvm()][..])
+                });
+            }
+        }
+        let selector = node
             .required_during_scheduling_ignored_during_execution
             .get_or_insert_with(|| NodeSelector {
                 node_selector_terms: vec![],
             });
-        if required.node_selector_terms.is_empty() {
-            required
+        if selector.node_selector_terms.is_empty() {
+            selector
                 .node_selector_terms
                 .push(NodeSelectorTerm::default());
         }
-        // Terms are ORed: the source node is excluded from each.
-        for term in &mut required.node_selector_terms {
+        // Terms are ORed: each gets the target's requirements.
+        for term in &mut selector.node_selector_terms {
             term.match_expressions
                 .get_or_insert_with(Vec::new)
-                .push(away.clone());
+                .extend(required.iter().cloned());
         }
     }
     Ok(pod)
@@ -186,6 +204,68 @@ mod tests {
             ),
             ("NotIn", "node-a")
         );
+    }
+
+    /// The target Pod's required node terms and preferred terms for a source VMI that
+    /// virt-handler reported with `SoftwareEmulation` `emulated` (none: not reported).
+    fn target_affinity(
+        emulated: Option<bool>,
+    ) -> (
+        Vec<NodeSelectorTerm>,
+        Vec<k8s_openapi::api::core::v1::PreferredSchedulingTerm>,
+    ) {
+        let mut source = vmi(json!([]));
+        if let Some(emulated) = emulated {
+            let condition = api::condition::Condition::new("SoftwareEmulation", emulated, "", "");
+            source.status.as_mut().unwrap().conditions.push(condition);
+        }
+        let pod = render_target_pod(&source, &ClusterConfig::default(), "m", "node-a").unwrap();
+        let node = pod.spec.unwrap().affinity.unwrap().node_affinity.unwrap();
+        (
+            node.required_during_scheduling_ignored_during_execution
+                .unwrap()
+                .node_selector_terms,
+            node.preferred_during_scheduling_ignored_during_execution
+                .unwrap_or_default(),
+        )
+    }
+
+    fn prefers_hardware_kvm(
+        preferred: &[k8s_openapi::api::core::v1::PreferredSchedulingTerm],
+    ) -> bool {
+        preferred
+            .iter()
+            .any(|t| t.preference.match_expressions.as_deref() == Some(&[hardware_kvm()][..]))
+    }
+
+    #[test]
+    fn the_target_pod_goes_where_the_sources_backend_runs() {
+        let keys = |terms: &[NodeSelectorTerm]| -> Vec<(String, String)> {
+            terms[0]
+                .match_expressions
+                .iter()
+                .flatten()
+                .map(|e| (e.key.clone(), e.operator.clone()))
+                .collect()
+        };
+        let away = ("kubernetes.io/hostname".to_string(), "NotIn".to_string());
+        let kvm = (contract::labels::KVM.to_string(), "In".to_string());
+        // On the KVM VMM: only a node with hardware KVM can receive it.
+        let (required, preferred) = target_affinity(Some(false));
+        assert_eq!(keys(&required), vec![away.clone(), kvm]);
+        assert_eq!(
+            required[0].match_expressions.as_ref().unwrap()[1],
+            hardware_kvm()
+        );
+        assert!(prefers_hardware_kvm(&preferred));
+        // On QEMU TCG: anywhere but the source node, without the pull towards KVM nodes.
+        let (required, preferred) = target_affinity(Some(true));
+        assert_eq!(keys(&required), vec![away.clone()]);
+        assert!(!prefers_hardware_kvm(&preferred), "{preferred:?}");
+        // Not reported yet: the launcher Pod's own preference stays.
+        let (required, preferred) = target_affinity(None);
+        assert_eq!(keys(&required), vec![away]);
+        assert!(prefers_hardware_kvm(&preferred));
     }
 
     #[test]
