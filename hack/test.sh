@@ -82,15 +82,17 @@ tiers=vmm/kvm,launcher/kvm,launcher/qemu,guest-images/images,guest-images/qemu,v
 # `mode` asked for a second migration, and reported the launcher's refusal as the migration's
 # failure even when the VM had gone to the target. It now asks the launcher first and follows the
 # migration it finds (handler/src/migration/reconcile.rs).
-# It leaves out the KVM worker node's end-to-end test (tests/tests/kvm_node.rs, about 8 minutes
-# with the node's L1 booting under TCG and both cores busy while it lives): the nested-KVM tier
-# above runs the same VMM and launcher backend inside an L1 in CI.
+# It leaves out the KVM worker nodes' end-to-end tests (tests/tests/kvm_node.rs, about 8 minutes
+# with the node's L1 booting under TCG and both cores busy while it lives; kvm_migration.rs,
+# two such nodes): the nested-KVM tier above runs the same VMM and launcher backend, and its
+# live migration, inside an L1 in CI.
 cargo_test_skip=()
 if [[ -n ${FERROVIRT_CI_SUBSET:-} ]]; then
   cargo_test_skip=(--skip a_debian_cloud_image_boots_and_applies_its_cloud_init
-    --skip getting_started_on_a_kvm_node_runs_the_vm_on_ferrovirts_vmm)
+    --skip getting_started_on_a_kvm_node_runs_the_vm_on_ferrovirts_vmm
+    --skip a_vm_on_the_kvm_vmm_live_migrates_to_another_kvm_node)
   summary+=("SUBSET         cargo test: CI leaves out vmm/launcher/tests/debian_cloud.rs (hack/test.sh runs it)")
-  summary+=("SUBSET         cargo test: CI leaves out tests/tests/kvm_node.rs, the KVM worker node's end-to-end test (hack/test.sh runs it)")
+  summary+=("SUBSET         cargo test: CI leaves out tests/tests/kvm_node.rs and kvm_migration.rs, the KVM worker nodes' end-to-end tests (hack/test.sh runs them)")
 fi
 cargo_tests() {
   # Some integration tests run other packages' binaries (virt-api's cluster test runs virtctl).

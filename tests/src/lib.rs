@@ -11,6 +11,7 @@ pub mod console;
 pub mod counter;
 pub mod faults;
 pub mod forward;
+pub mod kvm_node;
 pub mod metrics;
 pub mod migration;
 pub mod pty;

@@ -9,7 +9,7 @@ use kube::api::PostParams;
 use kube::{Api, Client, ResourceExt};
 
 use crate::counter::{self, console_counts, Count};
-use crate::{migration_phase as phase, wait_for, wait_running};
+use crate::{kubectl, migration_phase as phase, wait_for, wait_running};
 
 /// What the guest writes at the start of its emptyDisk (`/dev/vdc`).
 pub const DISK_MARKER: &str = "ferrovirt-emptydisk-marker";
@@ -135,4 +135,54 @@ pub async fn failed_and_still_counting_on_the_source(
         "the guest stopped counting on the source after the failed migration"
     );
     state
+}
+
+/// Deletes a cluster-scoped MigrationPolicy when the test ends, also when it fails.
+pub struct PolicyGuard(pub &'static str);
+
+impl Drop for PolicyGuard {
+    fn drop(&mut self) {
+        let out = kubectl(
+            "default",
+            &["delete", "migrationpolicy", self.0, "--ignore-not-found"],
+        );
+        if out.code != Some(0) {
+            eprintln!("could not delete MigrationPolicy {}: {out:?}", self.0);
+        }
+    }
+}
+
+/// Creates MigrationPolicy `name` with `spec`, for namespace `ns` only: the namespace gets the
+/// label `ferrovirt.io/e2e-policy=<ns>`, and the policy selects it by that label.
+pub async fn namespace_policy(
+    client: &Client,
+    ns: &str,
+    name: &'static str,
+    mut spec: serde_json::Value,
+) -> PolicyGuard {
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    namespaces
+        .patch(
+            ns,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({
+                "metadata": {"labels": {"ferrovirt.io/e2e-policy": ns}}
+            })),
+        )
+        .await
+        .expect("namespace labelled");
+    let guard = PolicyGuard(name);
+    spec["selectors"] = serde_json::json!({"namespaceSelector": {"ferrovirt.io/e2e-policy": ns}});
+    let policy: api::MigrationPolicy = serde_json::from_value(serde_json::json!({
+        "apiVersion": "migrations.kubevirt.io/v1alpha1",
+        "kind": "MigrationPolicy",
+        "metadata": {"name": name},
+        "spec": spec
+    }))
+    .expect("a policy");
+    Api::<api::MigrationPolicy>::all(client.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("policy created");
+    guard
 }

@@ -14,90 +14,24 @@
 //! Everything on the node runs under software emulation, with the guest one level further
 //! down: the times printed are only for comparing runs of this test with each other.
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use api::{VirtualMachine, VirtualMachineInstance, VmiPhase};
 use ferrovirt_tests::console::ConsoleSession;
+use ferrovirt_tests::kvm_node::{tolerations, KvmNode};
 use ferrovirt_tests::metrics::check_launcher_memory;
 use ferrovirt_tests::{
     client, getting_started_vm, virtctl, virtctl_binary, wait_for, TestNamespace,
 };
-use k8s_openapi::api::core::v1::Node;
 use kube::api::PostParams;
 use kube::Api;
 
 const NODE: &str = "ferrovirt-kvm1";
-const TAINT_KEY: &str = "ferrovirt.io/nested-kvm";
 const VM: &str = "on-kvm";
-/// Adding the node: the L1 boots under TCG, then containerd, the kubelet and virt-handler.
-const NODE_UP: Duration = Duration::from_secs(1200);
 /// Starting the VMI there: image pulls and the launcher under TCG, the guest on nested KVM.
 const START: Duration = Duration::from_secs(600);
 const USER: &str = "cirros";
 const PASSWORD: &str = "gocubsgo";
-
-fn cluster_sh() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("cluster/cluster.sh")
-}
-
-/// The KVM node for the test's length: added when the cluster has none, and then removed when
-/// the test ends, passed or failed (a node added by hand is kept).
-struct KvmNode {
-    added: bool,
-}
-
-impl KvmNode {
-    async fn ensure(client: &kube::Client) -> KvmNode {
-        let nodes: Api<Node> = Api::all(client.clone());
-        let existed = nodes.get_opt(NODE).await.expect("get node").is_some();
-        let started = Instant::now();
-        let out = tokio::task::spawn_blocking(|| {
-            Command::new(cluster_sh())
-                .args(["add-node", "--kvm", NODE])
-                .output()
-        })
-        .await
-        .expect("the add-node thread")
-        .unwrap_or_else(|e| panic!("running {}: {e}", cluster_sh().display()));
-        assert!(
-            out.status.success(),
-            "cluster.sh add-node --kvm {NODE} failed ({}):\nstdout: {}\nstderr: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        println!(
-            "KVM node {NODE} Ready {:.1}s after `cluster.sh add-node --kvm` (it existed before: {existed})",
-            started.elapsed().as_secs_f64()
-        );
-        KvmNode { added: !existed }
-    }
-}
-
-impl Drop for KvmNode {
-    fn drop(&mut self) {
-        if self.added {
-            match Command::new(cluster_sh())
-                .args(["remove-node", NODE])
-                .output()
-            {
-                Ok(out) if out.status.success() => println!("removed KVM node {NODE}"),
-                Ok(out) => eprintln!(
-                    "cluster.sh remove-node {NODE}: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                ),
-                Err(e) => eprintln!("cluster.sh remove-node {NODE}: {e}"),
-            }
-        }
-    }
-}
-
-/// What tolerates the KVM node's taint.
-fn tolerations() -> serde_json::Value {
-    serde_json::json!([{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}])
-}
 
 /// `examples/vm-cirros.yaml` with its own name, `runStrategy: Halted` and a toleration of the
 /// KVM node's taint; no node selector or affinity of its own.
@@ -105,30 +39,6 @@ fn vm_tolerating_the_kvm_node() -> VirtualMachine {
     let mut vm = getting_started_vm(VM);
     vm["spec"]["template"]["spec"]["tolerations"] = tolerations();
     serde_json::from_value(vm).expect("a VirtualMachine")
-}
-
-/// The node's labels once virt-handler has probed its KVM and the node offers the device-plugin
-/// resources a launcher Pod asks for: until then the scheduler has to put the Pod elsewhere.
-async fn node_labels(client: &kube::Client) -> std::collections::BTreeMap<String, String> {
-    let nodes: Api<Node> = Api::all(client.clone());
-    wait_for(
-        &format!("virt-handler to label node {NODE} and its device plugins to offer /dev/kvm and /dev/net/tun"),
-        NODE_UP,
-        || async {
-            let node = nodes.get(NODE).await.ok()?;
-            let allocatable = node.status.as_ref()?.allocatable.as_ref()?;
-            // "1k" on a node with the plugin, "0" while it registers.
-            let offers = |resource: &str| allocatable.get(resource).is_some_and(|q| q.0 != "0");
-            if !offers(contract::resources::KVM) || !offers(contract::resources::TUN) {
-                return None;
-            }
-            let labels = node.metadata.labels?;
-            labels
-                .contains_key(contract::labels::KVM)
-                .then_some(labels)
-        },
-    )
-    .await
 }
 
 fn condition<'a>(
@@ -179,8 +89,8 @@ async fn console(namespace: &str, first: bool) -> String {
 async fn getting_started_on_a_kvm_node_runs_the_vm_on_ferrovirts_vmm() {
     let client = client().await;
     virtctl_binary();
-    let _node = KvmNode::ensure(&client).await;
-    let labels = node_labels(&client).await;
+    let node = KvmNode::ensure(&client, NODE).await;
+    let labels = node.labels(&client).await;
     assert_eq!(
         labels.get(contract::labels::KVM).map(String::as_str),
         Some(contract::labels::KVM_HARDWARE),

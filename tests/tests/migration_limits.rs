@@ -8,10 +8,12 @@
 //! (`ClusterChange`, which also puts the CR's spec back). The policy selects only its own test
 //! namespace: that test holds it shared, beside the other migration tests.
 
-use ferrovirt_tests::migration::{failed_and_still_counting_on_the_source, running_vm, UnderWay};
+use ferrovirt_tests::migration::{
+    failed_and_still_counting_on_the_source, namespace_policy, running_vm, PolicyGuard, UnderWay,
+};
 use ferrovirt_tests::{
-    client, kubectl, migration_of, patch_kubevirt_cr, two_schedulable_nodes, virtctl,
-    ClusterChange, ClusterLock, TestNamespace,
+    client, migration_of, patch_kubevirt_cr, two_schedulable_nodes, virtctl, ClusterChange,
+    ClusterLock, TestNamespace,
 };
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
@@ -69,21 +71,6 @@ async fn the_crs_bandwidth_and_completion_timeout_cancel_a_slow_migration() {
     println!("{reason}");
 }
 
-/// Deletes a cluster-scoped MigrationPolicy when the test ends, also when it fails.
-struct PolicyGuard(&'static str);
-
-impl Drop for PolicyGuard {
-    fn drop(&mut self) {
-        let out = kubectl(
-            "default",
-            &["delete", "migrationpolicy", self.0, "--ignore-not-found"],
-        );
-        if out.code != Some(0) {
-            eprintln!("could not delete MigrationPolicy {}: {out:?}", self.0);
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_migration_policy_picked_by_namespace_label_limits_the_migration() {
     let _shared = ClusterLock::shared().await;
@@ -114,33 +101,13 @@ async fn a_migration_policy_picked_by_namespace_label_limits_the_migration() {
     );
 
     // A policy for this namespace only: 256 KiB/s cannot move the guest within 5 s per GiB.
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    namespaces
-        .patch(
-            ns,
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(serde_json::json!({
-                "metadata": {"labels": {"ferrovirt.io/e2e-policy": ns}}
-            })),
-        )
-        .await
-        .expect("namespace labelled");
-    let _guard = PolicyGuard("e2e-slow-policy");
-    let slow: api::MigrationPolicy = serde_json::from_value(serde_json::json!({
-        "apiVersion": "migrations.kubevirt.io/v1alpha1",
-        "kind": "MigrationPolicy",
-        "metadata": {"name": "e2e-slow-policy"},
-        "spec": {
-            "bandwidthPerMigration": "256Ki",
-            "completionTimeoutPerGiB": 5,
-            "selectors": {"namespaceSelector": {"ferrovirt.io/e2e-policy": ns}}
-        }
-    }))
-    .expect("a policy");
-    policies
-        .create(&PostParams::default(), &slow)
-        .await
-        .expect("policy created");
+    let _guard = namespace_policy(
+        &client,
+        ns,
+        "e2e-slow-policy",
+        serde_json::json!({"bandwidthPerMigration": "256Ki", "completionTimeoutPerGiB": 5}),
+    )
+    .await;
     let (vmi, source_node, _) = running_vm(&client, ns, "vm-policy", "1Gi").await;
     let out = virtctl(ns, &["migrate", "vm-policy"]);
     assert_eq!(out.code, Some(0), "virtctl migrate: {out:?}");
