@@ -17,7 +17,8 @@
 #      (streamed to this script's stdout), prints its exit status behind a marker and powers
 #      off;
 #   4. exits with the command's exit status, or 124 when the deadline passed, 125 when the L1
-#      failed before the command ran (with what it printed). The L1 is always killed.
+#      ended without one (it failed before the command ran, or its kernel panicked: QEMU is
+#      killed 5 s after the L1's panic line), with what it printed. The L1 is always killed.
 #
 # Usage: hack/kvm-host.sh [OPTIONS] -- CMD [ARG...]
 #   --file SRC[:DEST]  copy SRC (file or directory, symlinks followed) into the L1 at DEST,
@@ -244,7 +245,7 @@ qemu-system-x86_64 -M microvm,pit=on,pic=on,rtc=on -accel tcg,thread=multi -cpu 
 qemu_pid=$!
 started=$SECONDS
 
-rc='' ran=0 exited_at='' buf=''
+rc='' ran=0 exited_at='' panicked_at='' buf=''
 # handle LINE: one line of the serial console.
 handle() {
   local line=${1%$'\r'}
@@ -254,12 +255,21 @@ handle() {
     rc=${line#"$EXIT_MARKER"}
     exited_at=$SECONDS
     ;;
-  *) printf '%s\n' "$line" ;;
+  *)
+    # The L1 kernel's own panic line (its console's timestamp first): panic=-1 should end
+    # QEMU at once, but an L1 that overflowed its stack in KVM_RUN was seen printing it and
+    # then hanging for 18 minutes, until QEMU was killed.
+    if [[ -z $panicked_at && $line =~ ^\[\ *[0-9]+\.[0-9]+\]\ Kernel\ panic\ -\ not\ syncing ]]; then
+      panicked_at=$SECONDS
+    fi
+    printf '%s\n' "$line"
+    ;;
   esac
 }
 # The fifo's writer is QEMU: reading ends when QEMU exits or is killed. Reads time out every
-# second to check the deadline, and the grace after the exit status (poweroff -f ends QEMU at
-# once; past 10 s it is killed).
+# second to check the deadline, the grace after the exit status (poweroff -f ends QEMU at
+# once; past 10 s it is killed) and the grace after the L1 kernel panicked (5 s, for the rest
+# of its report).
 while :; do
   chunk=
   if IFS= read -r -t 1 chunk; then
@@ -267,7 +277,9 @@ while :; do
     buf=
   elif (($? > 128)); then
     buf+=$chunk
-    if ((SECONDS - started >= timeout)) || [[ -n $exited_at && $((SECONDS - exited_at)) -ge 10 ]]; then
+    if ((SECONDS - started >= timeout)) ||
+      [[ -n $exited_at && $((SECONDS - exited_at)) -ge 10 ]] ||
+      [[ -n $panicked_at && $((SECONDS - panicked_at)) -ge 5 ]]; then
       kill -9 "$qemu_pid" 2>/dev/null || true
     fi
   else
@@ -284,6 +296,7 @@ if [[ -z $rc ]]; then
     echo "kvm-host: deadline of ${timeout}s passed (command started: $((ran == 1 ? 1 : 0)))" >&2
     exit 124
   fi
+  [[ -n $panicked_at ]] && echo "kvm-host: the L1 kernel panicked; its QEMU was killed 5 s later" >&2
   echo "kvm-host: the L1 ended after ${took}s without an exit status; QEMU said:" >&2
   cat "$tmp/qemu.err" >&2
   exit 125
