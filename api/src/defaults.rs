@@ -64,11 +64,10 @@ pub fn default_vmi_spec(spec: &mut VirtualMachineInstanceSpec) {
 
 /// The cluster's `memoryOvercommit` (a percentage, [`crate::kubevirt::DeveloperConfiguration`])
 /// on a new VMI, as KubeVirt's VMI mutator applies it: a VMI that gives `memory.guest` and
-/// requests no memory requests `memory.guest x 100 / percent` (rounded down). At 100 the request
-/// is left unset (the Pod requests the guest memory, as KubeVirt's does).
+/// requests no memory requests `memory.guest x 100 / percent` (rounded down); at 100, KubeVirt's
+/// default, that is `memory.guest` itself, as it was written.
 pub fn overcommit_memory(spec: &mut VirtualMachineInstanceSpec, percent: u32) {
-    if percent == 0 || percent == crate::kubevirt::DeveloperConfiguration::DEFAULT_MEMORY_OVERCOMMIT
-    {
+    if percent == 0 {
         return;
     }
     let domain = &mut spec.domain;
@@ -78,13 +77,21 @@ pub fn overcommit_memory(spec: &mut VirtualMachineInstanceSpec, percent: u32) {
     if bytes == 0 || domain.memory_request().is_some() {
         return;
     }
-    let request = u128::from(bytes) * 100 / u128::from(percent);
-    domain
-        .resources
-        .get_or_insert_with(Default::default)
-        .requests
-        .get_or_insert_with(Default::default)
-        .insert("memory".to_string(), Quantity(request.to_string()));
+    let request = if percent == crate::kubevirt::DeveloperConfiguration::DEFAULT_MEMORY_OVERCOMMIT {
+        domain.guest_memory().cloned()
+    } else {
+        Some(Quantity(
+            (u128::from(bytes) * 100 / u128::from(percent)).to_string(),
+        ))
+    };
+    if let Some(request) = request {
+        domain
+            .resources
+            .get_or_insert_with(Default::default)
+            .requests
+            .get_or_insert_with(Default::default)
+            .insert("memory".to_string(), request);
+    }
 }
 
 /// The devices KubeVirt adds before an instance type and a preference apply: a volume that no
@@ -221,7 +228,8 @@ mod tests {
             request(guest.clone(), 150),
             Some(Quantity("715827882".into()))
         );
-        assert_eq!(request(guest, 100), None);
+        assert_eq!(request(guest.clone(), 100), Some(Quantity("1Gi".into())));
+        assert_eq!(request(guest, 0), None);
         // A request of its own is kept; without guest memory there is nothing to scale.
         let own = json!({"domain": {"devices": {}, "memory": {"guest": "1Gi"},
                                     "resources": {"requests": {"memory": "870Mi"}}}});

@@ -277,7 +277,7 @@ fn a_new_vmi_requests_its_guest_memory_over_the_clusters_memory_overcommit() {
             .clone()
     };
     assert_eq!(mutated("CREATE", Some(200)), json!("536870912"));
-    assert_eq!(mutated("CREATE", Some(100)), Value::Null);
+    assert_eq!(mutated("CREATE", Some(100)), json!("1Gi"));
     assert_eq!(mutated("CREATE", None), Value::Null);
     // Only where the VMI is created: its spec cannot change after.
     assert_eq!(mutated("UPDATE", Some(200)), Value::Null);
