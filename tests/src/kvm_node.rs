@@ -8,10 +8,12 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use api::{VirtualMachine, VirtualMachineInstance, VmiPhase};
 use k8s_openapi::api::core::v1::Node;
+use kube::api::PostParams;
 use kube::Api;
 
-use crate::wait_for;
+use crate::{getting_started_vm, virtctl, vmi_condition, wait_for};
 
 /// The taint of a KVM node: only what tolerates it runs there.
 pub const TAINT_KEY: &str = "ferrovirt.io/nested-kvm";
@@ -111,4 +113,36 @@ impl Drop for KvmNode {
 /// What tolerates a KVM node's taint.
 pub fn tolerations() -> serde_json::Value {
     serde_json::json!([{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}])
+}
+
+/// Creates `examples/vm-cirros.yaml` as VM `name` in `ns`, with a toleration of the KVM nodes'
+/// taint and no node selector or affinity of its own, runs `virtctl start` and waits up to
+/// `within` for its VMI to run with its backend reported (`SoftwareEmulation`). Panics when the
+/// VMI fails.
+pub async fn start_getting_started_vm(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    within: Duration,
+) -> VirtualMachineInstance {
+    let mut vm = getting_started_vm(name);
+    vm["spec"]["template"]["spec"]["tolerations"] = tolerations();
+    let vm: VirtualMachine = serde_json::from_value(vm).expect("a VirtualMachine");
+    Api::<VirtualMachine>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &vm)
+        .await
+        .expect("VM created");
+    let out = virtctl(ns, &["start", name]);
+    assert_eq!(out.code, Some(0), "virtctl start: {out:?}");
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), ns);
+    wait_for(&format!("VMI {name} Running"), within, || async {
+        let vmi = vmis.get_opt(name).await.ok()??;
+        let status = vmi.status.as_ref()?;
+        if status.phase == Some(VmiPhase::Failed) {
+            panic!("VMI {name} failed: {:?}", status.conditions);
+        }
+        (status.phase? == VmiPhase::Running && vmi_condition(&vmi, "SoftwareEmulation").is_some())
+            .then_some(vmi)
+    })
+    .await
 }

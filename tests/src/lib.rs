@@ -304,6 +304,18 @@ pub fn getting_started_vm(name: &str) -> serde_json::Value {
     vm
 }
 
+/// The VMI's condition of type `type_`, when it has one.
+pub fn vmi_condition<'a>(
+    vmi: &'a api::VirtualMachineInstance,
+    type_: &str,
+) -> Option<&'a api::condition::Condition> {
+    vmi.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+}
+
 /// The VMI's `BootSource` condition (what the launcher booted, and from where) as
 /// `(reason, message)`; panics when it has none.
 pub fn boot_source(vmi: &api::VirtualMachineInstance) -> (String, String) {

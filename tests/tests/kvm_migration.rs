@@ -18,16 +18,15 @@
 use std::time::{Duration, Instant};
 
 use api::migration::{MigrationPhase, VirtualMachineInstanceMigration};
-use api::{VirtualMachine, VirtualMachineInstance, VmiPhase};
+use api::{VirtualMachineInstance, VmiPhase};
 use ferrovirt_tests::console::ConsoleSession;
-use ferrovirt_tests::kvm_node::{tolerations, KvmNode};
+use ferrovirt_tests::kvm_node::{start_getting_started_vm, KvmNode};
 use ferrovirt_tests::migration::namespace_policy;
 use ferrovirt_tests::{
-    client, getting_started_vm, migration_of, migration_phase, virtctl, virtctl_binary, wait_for,
+    client, migration_of, migration_phase, virtctl, virtctl_binary, vmi_condition, wait_for,
     ClusterLock, TestNamespace,
 };
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 
 const NODES: [&str; 2] = ["ferrovirt-kvm1", "ferrovirt-kvm2"];
@@ -58,20 +57,9 @@ fn host_load() -> String {
     )
 }
 
-fn condition<'a>(
-    vmi: &'a VirtualMachineInstance,
-    type_: &str,
-) -> Option<&'a api::condition::Condition> {
-    vmi.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-}
-
 /// Asserts that `vmi` runs on the KVM VMM.
 fn on_the_kvm_vmm(vmi: &VirtualMachineInstance) {
-    let emulation = condition(vmi, "SoftwareEmulation").expect("a SoftwareEmulation condition");
+    let emulation = vmi_condition(vmi, "SoftwareEmulation").expect("a SoftwareEmulation condition");
     assert_eq!(emulation.status, "False", "{emulation:?}");
     assert_eq!(emulation.reason.as_deref(), Some("Kvm"), "{emulation:?}");
 }
@@ -153,26 +141,8 @@ async fn a_vm_on_the_kvm_vmm_live_migrates_to_another_kvm_node() {
         serde_json::json!({"completionTimeoutPerGiB": 1500}),
     )
     .await;
-    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), ns);
     let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), ns);
-    let mut vm = getting_started_vm(VM);
-    vm["spec"]["template"]["spec"]["tolerations"] = tolerations();
-    let vm: VirtualMachine = serde_json::from_value(vm).expect("a VirtualMachine");
-    vms.create(&PostParams::default(), &vm)
-        .await
-        .expect("VM created");
-    let out = virtctl(ns, &["start", VM]);
-    assert_eq!(out.code, Some(0), "virtctl start: {out:?}");
-    let vmi = wait_for(&format!("VMI {VM} Running"), START, || async {
-        let vmi = vmis.get_opt(VM).await.ok()??;
-        let status = vmi.status.as_ref()?;
-        if status.phase == Some(VmiPhase::Failed) {
-            panic!("VMI {VM} failed: {:?}", status.conditions);
-        }
-        (status.phase? == VmiPhase::Running && condition(&vmi, "SoftwareEmulation").is_some())
-            .then_some(vmi)
-    })
-    .await;
+    let vmi = start_getting_started_vm(&client, ns, VM, START).await;
     let source = vmi
         .status
         .as_ref()
@@ -183,7 +153,7 @@ async fn a_vm_on_the_kvm_vmm_live_migrates_to_another_kvm_node() {
         "the launcher Pod's preference put the VMI on a KVM node, not {source}"
     );
     on_the_kvm_vmm(&vmi);
-    let migratable = condition(&vmi, "LiveMigratable").expect("a LiveMigratable condition");
+    let migratable = vmi_condition(&vmi, "LiveMigratable").expect("a LiveMigratable condition");
     assert_eq!(migratable.status, "True", "{migratable:?}");
 
     let token = format!("{:016x}", rand_token());

@@ -16,14 +16,11 @@
 
 use std::time::{Duration, Instant};
 
-use api::{VirtualMachine, VirtualMachineInstance, VmiPhase};
+use api::VirtualMachineInstance;
 use ferrovirt_tests::console::ConsoleSession;
-use ferrovirt_tests::kvm_node::{tolerations, KvmNode};
+use ferrovirt_tests::kvm_node::{start_getting_started_vm, tolerations, KvmNode};
 use ferrovirt_tests::metrics::check_launcher_memory;
-use ferrovirt_tests::{
-    client, getting_started_vm, virtctl, virtctl_binary, wait_for, TestNamespace,
-};
-use kube::api::PostParams;
+use ferrovirt_tests::{client, virtctl, virtctl_binary, vmi_condition, wait_for, TestNamespace};
 use kube::Api;
 
 const NODE: &str = "ferrovirt-kvm1";
@@ -33,32 +30,13 @@ const START: Duration = Duration::from_secs(600);
 const USER: &str = "cirros";
 const PASSWORD: &str = "gocubsgo";
 
-/// `examples/vm-cirros.yaml` with its own name, `runStrategy: Halted` and a toleration of the
-/// KVM node's taint; no node selector or affinity of its own.
-fn vm_tolerating_the_kvm_node() -> VirtualMachine {
-    let mut vm = getting_started_vm(VM);
-    vm["spec"]["template"]["spec"]["tolerations"] = tolerations();
-    serde_json::from_value(vm).expect("a VirtualMachine")
-}
-
-fn condition<'a>(
-    vmi: &'a VirtualMachineInstance,
-    type_: &str,
-) -> Option<&'a api::condition::Condition> {
-    vmi.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-}
-
 async fn paused(vmis: &Api<VirtualMachineInstance>, paused: bool) {
     wait_for(
         &format!("VMI {VM} with Paused condition {paused}"),
         Duration::from_secs(120),
         || async {
             let vmi = vmis.get_opt(VM).await.ok()??;
-            let is = condition(&vmi, "Paused").is_some_and(|c| c.status == "True");
+            let is = vmi_condition(&vmi, "Paused").is_some_and(|c| c.status == "True");
             (is == paused).then_some(())
         },
     )
@@ -99,24 +77,9 @@ async fn getting_started_on_a_kvm_node_runs_the_vm_on_ferrovirts_vmm() {
 
     let namespace = TestNamespace::create(&client, "e2e-kvm-node").await;
     let ns = namespace.name.as_str();
-    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), ns);
     let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), ns);
-    vms.create(&PostParams::default(), &vm_tolerating_the_kvm_node())
-        .await
-        .expect("VM created");
-
     let started = Instant::now();
-    let out = virtctl(ns, &["start", VM]);
-    assert_eq!(out.code, Some(0), "virtctl start: {out:?}");
-    let vmi = wait_for(&format!("VMI {VM} Running"), START, || async {
-        let vmi = vmis.get_opt(VM).await.ok()??;
-        let status = vmi.status.as_ref()?;
-        if status.phase == Some(VmiPhase::Failed) {
-            panic!("VMI {VM} failed: {:?}", status.conditions);
-        }
-        (status.phase? == VmiPhase::Running).then_some(vmi)
-    })
-    .await;
+    let vmi = start_getting_started_vm(&client, ns, VM, START).await;
     println!(
         "VMI {VM} Running {:.1}s after virtctl start",
         started.elapsed().as_secs_f64()
@@ -127,14 +90,15 @@ async fn getting_started_on_a_kvm_node_runs_the_vm_on_ferrovirts_vmm() {
         Some(NODE),
         "the launcher Pod's preference for ferrovirt.io/kvm=hardware put the VMI on the KVM node"
     );
-    let emulation = condition(&vmi, "SoftwareEmulation").expect("a SoftwareEmulation condition");
+    let emulation =
+        vmi_condition(&vmi, "SoftwareEmulation").expect("a SoftwareEmulation condition");
     println!(
         "SoftwareEmulation: {} reason {:?}: {:?}",
         emulation.status, emulation.reason, emulation.message
     );
     assert_eq!(emulation.status, "False", "{emulation:?}");
     assert_eq!(emulation.reason.as_deref(), Some("Kvm"), "{emulation:?}");
-    if let Some(boot) = condition(&vmi, "BootSource") {
+    if let Some(boot) = vmi_condition(&vmi, "BootSource") {
         println!("BootSource: {:?}: {:?}", boot.reason, boot.message);
     }
 
