@@ -121,7 +121,9 @@ fn a_real_process_is_found_in_proc() {
             .spawn()
             .expect("sleep (coreutils) runs"),
     );
-    let root = container_root(Path::new(PROC), &volume);
+    // `spawn` returns once the child is inside execve, before the kernel has set up the new
+    // program's environment: the launcher polls for the same reason.
+    let root = wait_for_container(Path::new(PROC), &volume, CONTAINER_WAIT);
     assert_eq!(
         root,
         Some(PathBuf::from(format!("/proc/{}/root", child.0.id())))
