@@ -25,13 +25,12 @@ use api::VirtualMachineInstance;
 use contract::proto::v1;
 use contract::sockets::{check_socket_path, CONSOLE_SOCKET, MIGRATION_TARGET_SOCKET, VNC_SOCKET};
 use vmm::capability::KvmCapability;
-use vmm::config::{ConsoleConfig, VmConfig};
+use vmm::config::ConsoleConfig;
 
 use super::error::{OpError, SyncError};
 use super::notify::Notifier;
-use crate::agent::{AgentChannel, Timings};
-use crate::backend::kvm::KvmVm;
-use crate::backend::qemu::{Acpi, Machine, QemuVm};
+use crate::agent::AgentChannel;
+use crate::backend::qemu::{Acpi, Machine};
 use crate::backend::{
     self, choose, Backend, BackendChoice, BackendError, BackendKind, MigrationParams, VmStatus,
 };
@@ -47,6 +46,9 @@ mod migration_track;
 
 #[path = "launcher_agent.rs"]
 mod launcher_agent;
+#[path = "launcher_start.rs"]
+mod launcher_start;
+use launcher_start::{check_sockets, firmware_backend, start_agent, start_backend};
 use migration_track::MigrationTrack;
 
 /// How long the console relay waits for the VMM's serial socket.
@@ -644,87 +646,6 @@ fn vmi_ref(vmi: &VirtualMachineInstance) -> VmiRef {
         name: vmi.metadata.name.clone().unwrap_or_default(),
         namespace: vmi.metadata.namespace.clone().unwrap_or_default(),
         uid: vmi.metadata.uid.clone().unwrap_or_default(),
-    }
-}
-
-/// The guest agent channel of `backend`'s VM, polling once the VM runs; `None` when the backend
-/// has no channel, or (logged) when the poller cannot start: the VM runs without a report.
-fn start_agent(backend: &dyn Backend) -> Option<Arc<AgentChannel>> {
-    let socket = backend.guest_agent_socket()?;
-    match AgentChannel::start(socket, Timings::default()) {
-        Ok(agent) => Some(Arc::new(agent)),
-        Err(e) => {
-            log::warn!("no guest agent report: {}", super::error::chain(&e));
-            None
-        }
-    }
-}
-
-/// The VMM's own sockets must fit in a unix socket address: QMP's, the guest agent's, the
-/// serial port's and vsock's.
-fn check_sockets(config: &VmConfig, facts: &HostFacts) -> Result<(), SyncError> {
-    let mut sockets = vec![facts.run_dir.join("qmp.sock")];
-    if let Some(agent) = &config.agent {
-        sockets.push(agent.socket.clone());
-    }
-    if let ConsoleConfig::Socket { path } = &config.serial {
-        sockets.push(path.clone());
-    }
-    if let Some(vsock) = &config.vsock {
-        sockets.push(vsock.socket.clone());
-    }
-    for socket in sockets {
-        check_socket_path(&socket).map_err(SyncError::SocketPath)?;
-    }
-    Ok(())
-}
-
-/// The backend of a VMI with firmware: the KVM VMM has none, so QEMU runs it (TCG: this backend
-/// has no QEMU-KVM mode yet); a `--backend kvm` launcher cannot run it.
-fn firmware_backend(
-    choice: BackendChoice,
-    firmware: &converter::Firmware,
-    forced: Option<BackendKind>,
-) -> Result<BackendChoice, SyncError> {
-    match (choice.kind, forced) {
-        (BackendKind::QemuTcg, _) => Ok(choice),
-        (BackendKind::Kvm, Some(BackendKind::Kvm)) => Err(SyncError::FirmwareNeedsQemu(
-            firmware.name(),
-            "this launcher's --backend flag forces the KVM VMM",
-        )),
-        (BackendKind::Kvm, _) => Ok(BackendChoice {
-            kind: BackendKind::QemuTcg,
-            reason: format!(
-                "firmware.bootloader asks for {}, which only the QEMU backend runs (the KVM \
-                 VMM has no firmware); {}",
-                firmware.name(),
-                choice.reason
-            ),
-        }),
-    }
-}
-
-fn start_backend(
-    kind: BackendKind,
-    config: &VmConfig,
-    run_dir: &std::path::Path,
-    incoming: bool,
-    machine: &Machine,
-) -> Result<Box<dyn Backend>, SyncError> {
-    match kind {
-        BackendKind::QemuTcg if incoming => {
-            Ok(Box::new(QemuVm::start_incoming(config, run_dir, machine)?))
-        }
-        BackendKind::QemuTcg => Ok(Box::new(QemuVm::start(config, run_dir, machine)?)),
-        BackendKind::Kvm => {
-            std::fs::create_dir_all(run_dir)
-                .map_err(|e| SyncError::RunDir(run_dir.to_path_buf(), e))?;
-            crate::backend::check_files(config).map_err(SyncError::MissingFile)?;
-            if incoming {
-                return Ok(Box::new(KvmVm::start_incoming(config)));
-            }
-            Ok(Box::new(KvmVm::start(config)?))
-        }
     }
 }
 

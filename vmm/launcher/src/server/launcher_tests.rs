@@ -1,3 +1,5 @@
+use vmm::config::VmConfig;
+
 use super::*;
 
 #[test]
