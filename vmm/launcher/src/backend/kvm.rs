@@ -15,7 +15,8 @@
 //!   `VmConfig`, which builds the VM, receives memory, disks and state, and runs it;
 //! - source: `start_migration` connects to the handler's socket and runs `send_migration` on a
 //!   thread (the VM keeps running during pre-copy); writable disks go with the stream unless the
-//!   request says they are shared (no block migration);
+//!   request says they are shared (no block migration), at most the request's bandwidth (the
+//!   stream waits between pieces, `backend::throttle`);
 //! - progress is the bytes that went through the socket; once done, the VMM's total time and
 //!   downtime. Cancelling shuts the socket down: the VMM fails the migration and the source runs
 //!   on, as after any broken stream.
@@ -39,6 +40,7 @@ use vmm::lifecycle::{ResetPolicy, VmExit};
 use vmm::migration::{error_chain, MigrationOptions};
 use vmm::vmm::{VmState, Vmm};
 
+use super::throttle::Throttle;
 use super::{
     process_stats, Backend, BackendError, BackendKind, MigrationParams, MigrationPhase,
     MigrationProgress, VmStatus, VmmStats,
@@ -120,9 +122,12 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// A stream that counts the bytes through it.
+/// A migration stream that counts the bytes through it, and holds an outgoing stream to its
+/// bandwidth limit.
 struct Counted<'a> {
     stream: &'a mut UnixStream,
     bytes: &'a AtomicU64,
+    throttle: Option<Throttle>,
 }
 
 impl Read for Counted<'_> {
@@ -135,7 +140,17 @@ impl Read for Counted<'_> {
 
 impl Write for Counted<'_> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.stream.write(buf)?;
+        let Some(throttle) = self.throttle.as_mut() else {
+            let n = self.stream.write(buf)?;
+            self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+            return Ok(n);
+        };
+        let piece = throttle.piece(buf.len());
+        thread::sleep(throttle.take(piece, Instant::now()));
+        let n = self.stream.write(&buf[..piece]).inspect_err(|_| {
+            throttle.give_back(piece);
+        })?;
+        throttle.give_back(piece - n);
         self.bytes.fetch_add(n as u64, Ordering::Relaxed);
         Ok(n)
     }
@@ -401,6 +416,7 @@ impl Backend for KvmVm {
                 let mut counted = Counted {
                     stream: &mut stream,
                     bytes: &bytes,
+                    throttle: None,
                 };
                 match vmm::vmm::Vmm::restore_from(&config, &mut counted) {
                     Ok(vmm) => {
@@ -448,9 +464,10 @@ impl Backend for KvmVm {
             }
             migration.join();
         }
-        if params.bandwidth_bytes_per_second > 0 {
-            log::warn!(
-                "the KVM VMM does not limit a migration's bandwidth: {} bytes/s is not applied",
+        let throttle = Throttle::new(params.bandwidth_bytes_per_second);
+        if throttle.is_some() {
+            log::info!(
+                "outgoing migration limited to {} bytes/s",
                 params.bandwidth_bytes_per_second
             );
         }
@@ -484,6 +501,7 @@ impl Backend for KvmVm {
                 let mut counted = Counted {
                     stream: &mut stream,
                     bytes: &bytes,
+                    throttle,
                 };
                 let result = vmm.send_migration(&mut counted, &options);
                 let mut p = lock(&progress);

@@ -13,6 +13,7 @@
 pub mod kvm;
 pub mod qemu;
 pub mod qmp;
+mod throttle;
 
 use std::path::PathBuf;
 use std::time::Duration;
