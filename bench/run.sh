@@ -7,8 +7,10 @@
 #      (bench launcher-overhead, a cgroup standing for the Pod's);
 #   4. on the local cluster, holding the cluster lock: the launcher overhead of a real launcher
 #      Pod as virt-handler's kubevirt_vmi_launcher_memory_overhead_bytes reports it, then
-#      KubeVirt's density test (bench density);
-#   5. Linux on the VMM against QEMU microvm with KVM, side by side in one L1 with nested KVM
+#      KubeVirt's density test (bench density), with its Pod floor;
+#   5. the density test on a KVM worker node (an L1 with nested KVM), the VMM against QEMU TCG
+#      on the same node (bench/density-kvm.sh);
+#   6. Linux on the VMM against QEMU microvm with KVM, side by side in one L1 with nested KVM
 #      (guest-images/bench-nested-boot.sh).
 # The machine's load is printed before and after each part.
 #
@@ -16,7 +18,8 @@
 #   DENSITY_N=35    VMIs in the density test        RUNS=11  runs of the VMM benchmark
 #   BOOT_RUNS=5     runs of the boot benchmark      OVERHEAD_RUNS=3  runs of the overhead bench
 #   NESTED_RUNS=5   runs of the nested boot benchmark
-#   SKIP="vmm boot overhead cluster density nested" parts to leave out
+#   DENSITY_KVM_N=10  VMIs in the density test on the KVM node
+#   SKIP="vmm boot overhead cluster density density-kvm nested" parts to leave out
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/ferrovirt/cargo-target}
@@ -28,6 +31,7 @@ RUNS=${RUNS:-11}
 BOOT_RUNS=${BOOT_RUNS:-5}
 OVERHEAD_RUNS=${OVERHEAD_RUNS:-3}
 NESTED_RUNS=${NESTED_RUNS:-5}
+DENSITY_KVM_N=${DENSITY_KVM_N:-10}
 SKIP=${SKIP:-}
 LOCK=/tmp/ferrovirt-cluster.lock
 status=0
@@ -96,6 +100,10 @@ fi
 if ! skip density; then
   part "5. density: $DENSITY_N of KubeVirt's density VMIs created 100 ms apart (bench density)"
   flock "$LOCK" "$bin/density" --count "$DENSITY_N" || failed "density" $?
+fi
+if ! skip density-kvm; then
+  part "5b. density on a KVM worker node: $DENSITY_KVM_N VMIs on the VMM, then on QEMU TCG (bench/density-kvm.sh)"
+  flock "$LOCK" bench/density-kvm.sh "$bin/density" "$DENSITY_KVM_N" || failed "bench/density-kvm.sh" $?
 fi
 if ! skip nested; then
   part "6. Linux boot on the VMM vs QEMU microvm -accel kvm, one L1 with nested KVM (guest-images/bench-nested-boot.sh --runs $NESTED_RUNS)"

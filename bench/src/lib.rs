@@ -2,6 +2,8 @@
 //! the CPU and memory of processes sampled from `/proc`.
 #![forbid(unsafe_code)]
 
+pub mod pod_floor;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};

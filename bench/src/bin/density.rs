@@ -8,6 +8,11 @@
 //! - the average CPU and memory of virt-api, virt-controller and virt-handler during the run,
 //!   from `/proc` (the cluster's processes run on this host);
 //!
+//! - the Pod floor ([`ferrovirt_bench::pod_floor`]): once the VMIs are deleted, as many copies of
+//!   one of their launcher Pods, owned by no VMI, created as the VMIs were, then as many with
+//!   its `compute` container alone: Pod created -> `compute` started with no guest on the
+//!   machine, against the same phase and creation -> Running of the VMIs;
+//!
 //! then deletes everything. It prints figures and asserts nothing about time.
 //!
 //! The VMI is KubeVirt's density VMI (`createVMISpecWithResources` in its `density.go`): the
@@ -16,6 +21,8 @@
 //! decompress itself and the guest resets in a loop, about 100 times a second.)
 //!
 //! Usage: density [--count N] [--interval-ms MS] [--memory Q] [--cpu Q] [--timeout-s S]
+//! [--node NAME]. With `--node`, every VMI goes to that node and tolerates the taint of the
+//! KVM worker nodes (`tests/cluster/cluster.sh add-node --kvm`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -23,7 +30,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
+use api::vmi::software_emulation;
 use api::{VirtualMachineInstance, VmiPhase};
+use ferrovirt_bench::pod_floor::{self, compute_started_after, Shape};
 use ferrovirt_bench::{
     is_write, median, parse_request_counts, percentile, pids_named, request_delta, writer_of,
     ProcessSampler, RequestCounts,
@@ -42,6 +51,8 @@ struct Options {
     memory: String,
     cpu: String,
     timeout: Duration,
+    /// Only this node, tolerating the KVM nodes' taint.
+    node: Option<String>,
 }
 
 fn options() -> anyhow::Result<Options> {
@@ -51,6 +62,7 @@ fn options() -> anyhow::Result<Options> {
         memory: "90Mi".into(),
         cpu: "100m".into(),
         timeout: Duration::from_secs(300),
+        node: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -63,6 +75,7 @@ fn options() -> anyhow::Result<Options> {
             "--memory" => o.memory = value,
             "--cpu" => o.cpu = value,
             "--timeout-s" => o.timeout = Duration::from_secs(value.parse()?),
+            "--node" => o.node = Some(value),
             other => bail!("unknown flag {other}"),
         }
     }
@@ -70,10 +83,10 @@ fn options() -> anyhow::Result<Options> {
 }
 
 /// KubeVirt's density VMI: 1 vCPU, CirrOS as containerDisk, the default pod network, `memory`
-/// and `cpu` as requests and limits alike.
-fn minimal_vmi(name: &str, memory: &str, cpu: &str) -> anyhow::Result<VirtualMachineInstance> {
-    let resources = serde_json::json!({"memory": memory, "cpu": cpu});
-    Ok(serde_json::from_value(serde_json::json!({
+/// and `cpu` as requests and limits alike; on `node` when given.
+fn minimal_vmi(name: &str, o: &Options) -> anyhow::Result<VirtualMachineInstance> {
+    let resources = serde_json::json!({"memory": o.memory, "cpu": o.cpu});
+    let mut vmi = serde_json::json!({
         "apiVersion": "kubevirt.io/v1",
         "kind": "VirtualMachineInstance",
         "metadata": {"name": name, "labels": {"bench": "density"}},
@@ -90,7 +103,14 @@ fn minimal_vmi(name: &str, memory: &str, cpu: &str) -> anyhow::Result<VirtualMac
             "volumes": [{"name": "containerdisk", "containerDisk":
                 {"image": "registry:5000/kubevirt/cirros-container-disk-demo:devel"}}],
         },
-    }))?)
+    });
+    if let Some(node) = &o.node {
+        vmi["spec"]["nodeSelector"] = serde_json::json!({"kubernetes.io/hostname": node});
+        vmi["spec"]["tolerations"] = serde_json::json!([
+            {"key": "ferrovirt.io/nested-kvm", "operator": "Exists", "effect": "NoSchedule"}
+        ]);
+    }
+    Ok(serde_json::from_value(vmi)?)
 }
 
 async fn request_counts(client: &Client) -> anyhow::Result<RequestCounts> {
@@ -228,7 +248,7 @@ async fn run(client: &Client, namespace: &str, o: &Options) -> anyhow::Result<()
     for i in 0..o.count {
         ticker.tick().await;
         let name = format!("density-{i:03}");
-        let vmi = minimal_vmi(&name, &o.memory, &o.cpu)?;
+        let vmi = minimal_vmi(&name, o)?;
         let vmis = vmis.clone();
         creates.push(tokio::spawn(async move {
             let sent = Instant::now();
@@ -276,13 +296,26 @@ async fn run(client: &Client, namespace: &str, o: &Options) -> anyhow::Result<()
     let failed = seen.len() - running;
 
     println!(
-        "density: {} VMIs ({} memory, {} CPU, 1 vCPU, containerDisk, pod network; QEMU TCG \
-         backend) created {} ms apart in {:.1} s",
+        "density: {} VMIs ({} memory, {} CPU, 1 vCPU, containerDisk, pod network; on {}) \
+         created {} ms apart in {:.1} s",
         o.count,
         o.memory,
         o.cpu,
+        o.node.as_deref().unwrap_or("any node"),
         o.interval.as_millis(),
         created_in.as_secs_f64()
+    );
+    let backends = list.iter().fold([0; 3], |mut n, vmi| {
+        match software_emulation(vmi.status.as_ref()) {
+            Some(false) => n[0] += 1,
+            Some(true) => n[1] += 1,
+            None => n[2] += 1,
+        }
+        n
+    });
+    println!(
+        "  backends: {} on the KVM VMM, {} on QEMU TCG, {} not reported",
+        backends[0], backends[1], backends[2]
     );
     println!(
         "  {running} Running, {failed} Failed, {} not there after {:.0} s; all seen after {:.1} s",
@@ -452,6 +485,10 @@ async fn run(client: &Client, namespace: &str, o: &Options) -> anyhow::Result<()
             wall.as_secs_f64()
         );
     }
+    let template = pod_list.iter().find(|p| compute_started_after(p).is_some());
+    if let (true, Some(template)) = (seen.len() == o.count, template) {
+        pod_floor(&vmis, &pods, template, o, &segments).await?;
+    }
     if seen.len() < o.count {
         bail!(
             "{} of {} VMIs did not reach Running or Failed within {:.0} s",
@@ -459,6 +496,85 @@ async fn run(client: &Client, namespace: &str, o: &Options) -> anyhow::Result<()
             o.count,
             o.timeout.as_secs_f64()
         );
+    }
+    Ok(())
+}
+
+/// Deletes the VMIs, waits until their launcher Pods are gone, and measures the Pod floor with
+/// copies of `template`, printed beside the VMIs' figures in `segments`.
+async fn pod_floor(
+    vmis: &Api<VirtualMachineInstance>,
+    pods: &Api<Pod>,
+    template: &Pod,
+    o: &Options,
+    segments: &BTreeMap<&str, Vec<f64>>,
+) -> anyhow::Result<()> {
+    vmis.delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await
+        .context("deleting the VMIs")?;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !pods.list(&ListParams::default()).await?.items.is_empty() {
+        if Instant::now() > deadline {
+            bail!("launcher Pods still there 300 s after their VMIs were deleted");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    for (shape, what) in [
+        (Shape::Whole, "its containers all"),
+        (Shape::ComputeOnly, "compute alone"),
+    ] {
+        println!(
+            "Pod floor, {what}: {} copies of launcher Pod {} (no VMI, no guest; their launchers \
+             wait for a virt-handler that never calls), created {} ms apart; load average \
+             before {}",
+            o.count,
+            template.name_any(),
+            o.interval.as_millis(),
+            loadavg()
+        );
+        let floor =
+            pod_floor::measure(pods, template, shape, o.count, o.interval, o.timeout).await?;
+        println!(
+            "{}",
+            stats_line(
+                "Pod created -> compute container started",
+                &floor.from_status,
+                "s",
+                0
+            )
+        );
+        println!(
+            "{}",
+            stats_line(
+                "create -> compute running (client)",
+                &floor.observed,
+                "s",
+                2
+            )
+        );
+        for (label, key) in [
+            (
+                "VMIs' Pod created -> compute started",
+                "7 Pod created -> compute container started",
+            ),
+            ("VMIs' creation -> Running", "0 creation -> Running"),
+        ] {
+            let vmi_p50 = segments.get(key).and_then(|v| median(v));
+            if let (Some(vmi), Some(floor)) = (vmi_p50, median(&floor.from_status)) {
+                println!(
+                    "  {label:44} P50 {vmi:>4.0} s = {:.1} x the floor's {floor:.0} s",
+                    vmi / floor.max(1.0)
+                );
+            }
+        }
+        if floor.missing > 0 {
+            bail!(
+                "{} of {} copies of the launcher Pod did not run compute within {:.0} s",
+                floor.missing,
+                o.count,
+                o.timeout.as_secs_f64()
+            );
+        }
     }
     Ok(())
 }
