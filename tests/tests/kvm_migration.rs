@@ -5,7 +5,9 @@
 //! them (each an L1 VM under QEMU TCG `-cpu max` with nested KVM, 2 vCPUs and 4 GiB; removed
 //! again at the end), starts `examples/vm-cirros.yaml` tolerating their taint, logs in on its
 //! console and leaves a random token in the login shell's environment, then `virtctl migrate`
-//! (with a MigrationPolicy that allows the slow nested stream more time).
+//! (with a MigrationPolicy that allows the slow nested stream more time and limits its bandwidth).
+//! The source launcher must have held the stream to the policy's `bandwidthPerMigration`: its
+//! log gives the bytes sent and the time taken.
 //! The migration must succeed with the VMI on the other KVM node, `SoftwareEmulation` still
 //! False (reason `Kvm`): the target launcher Pod must be on a node labelled
 //! `ferrovirt.io/kvm=hardware`, and its launcher runs the source's backend. On the console
@@ -27,6 +29,7 @@ use ferrovirt_tests::{
     ClusterLock, TestNamespace,
 };
 use k8s_openapi::api::core::v1::Pod;
+use kube::api::LogParams;
 use kube::{Api, ResourceExt};
 
 const NODES: [&str; 2] = ["ferrovirt-kvm1", "ferrovirt-kvm2"];
@@ -36,6 +39,8 @@ const POLICY: &str = "e2e-kvm-migrate";
 const START: Duration = Duration::from_secs(600);
 /// The migration: the target Pod's image pulls and launcher under TCG, then the stream.
 const MIGRATE: Duration = Duration::from_secs(600);
+/// The policy's `bandwidthPerMigration`, bytes per second.
+const BANDWIDTH: u64 = 2 << 20;
 const USER: &str = "cirros";
 const PASSWORD: &str = "gocubsgo";
 
@@ -133,12 +138,16 @@ async fn a_vm_on_the_kvm_vmm_live_migrates_to_another_kvm_node() {
     // The stream crosses two L1s under TCG, each with its virt-handler's TLS: a few MB/s here,
     // where KubeVirt's default of 150 s per GiB (memory and copied disks: 28 s for this VM) is
     // too short. The policy says how long a migration may take, as a user with a slow
-    // migration network would.
+    // migration network would. Its bandwidth limit is below what the stream reaches here
+    // unlimited (about 6 MB/s), so that the limit is what sets the pace.
     let _policy = namespace_policy(
         &client,
         ns,
         POLICY,
-        serde_json::json!({"completionTimeoutPerGiB": 1500}),
+        serde_json::json!({
+            "completionTimeoutPerGiB": 1500,
+            "bandwidthPerMigration": format!("{}Mi", BANDWIDTH >> 20),
+        }),
     )
     .await;
     let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), ns);
@@ -236,6 +245,38 @@ async fn a_vm_on_the_kvm_vmm_live_migrates_to_another_kvm_node() {
         );
     }
 
+    // The source launcher held the stream to the policy's limit.
+    let source_pod = state.source_pod.as_deref().expect("sourcePod");
+    let log = pods
+        .logs(
+            source_pod,
+            &LogParams {
+                container: Some("compute".into()),
+                ..LogParams::default()
+            },
+        )
+        .await
+        .expect("the source launcher's log");
+    assert!(
+        log.contains(&format!(
+            "outgoing migration limited to {BANDWIDTH} bytes/s"
+        )),
+        "the source launcher did not apply the policy's bandwidth:\n{log}"
+    );
+    let (bytes, seconds) = sent(&log);
+    let rate = bytes as f64 / seconds;
+    println!(
+        "source launcher: {bytes} bytes in {seconds:.3} s = {:.2} MiB/s (limit {} MiB/s)",
+        rate / (1 << 20) as f64,
+        BANDWIDTH >> 20
+    );
+    // The bucket lets one tenth of a second's worth go at once: the rate may pass the limit by
+    // that much over the whole stream, no more.
+    assert!(
+        bytes as f64 <= BANDWIDTH as f64 * (seconds + 0.1),
+        "{bytes} bytes in {seconds} s is over {BANDWIDTH} bytes/s"
+    );
+
     let after = console(ns, &token, false).await;
     println!("console on {target}:\n{after}");
     assert!(
@@ -250,6 +291,18 @@ async fn a_vm_on_the_kvm_vmm_live_migrates_to_another_kvm_node() {
     })
     .await;
     drop(nodes);
+}
+
+/// The bytes and seconds of the launcher's `outgoing migration: <bytes> bytes in <s> s` line.
+fn sent(log: &str) -> (u64, f64) {
+    log.lines()
+        .find_map(|l| {
+            let rest = l.split_once("outgoing migration: ")?.1;
+            let (bytes, rest) = rest.split_once(" bytes in ")?;
+            let (seconds, _) = rest.split_once(" s")?;
+            Some((bytes.parse().ok()?, seconds.parse().ok()?))
+        })
+        .unwrap_or_else(|| panic!("no `outgoing migration: ... bytes in ... s` line in:\n{log}"))
 }
 
 /// A token no earlier boot of the guest can have printed.

@@ -508,13 +508,13 @@ impl Backend for KvmVm {
                 match result {
                     Ok(stats) => {
                         log::info!(
-                            "outgoing migration: {} bytes, {} pages in {} rounds, {} disk blocks; total {:?}, downtime {:?}",
+                            "outgoing migration: {} bytes in {:.3} s ({} pages in {} rounds, {} disk blocks), downtime {:.3} s",
                             stats.bytes_sent,
+                            stats.total.as_secs_f64(),
                             stats.pages_sent,
                             stats.pages_per_round.len(),
                             stats.disk_blocks_sent,
-                            stats.total,
-                            stats.downtime
+                            stats.downtime.as_secs_f64()
                         );
                         p.phase = MigrationPhase::Completed;
                         p.transferred_bytes = stats.bytes_sent;
