@@ -120,6 +120,34 @@ pub fn request_delta(before: &RequestCounts, after: &RequestCounts) -> RequestCo
         .collect()
 }
 
+/// KubeVirt's density thresholds (`tests/performance/density.go`): PATCH and PUT (the
+/// apiserver's UPDATE) of VMIs, any subresource, per Pod created, and creation -> Running P50
+/// and P95 in seconds.
+pub const KUBEVIRT_PATCH_VMI_PER_POD: f64 = 2.0;
+pub const KUBEVIRT_UPDATE_VMI_PER_POD: f64 = 10.0;
+pub const KUBEVIRT_RUNNING_P50_S: f64 = 45.0;
+pub const KUBEVIRT_RUNNING_P95_S: f64 = 60.0;
+
+/// (PATCH VMI, PUT VMI) per Pod created, as KubeVirt's density audit counts them: `None` when no
+/// Pod was created.
+pub fn vmi_writes_per_pod_created(delta: &RequestCounts) -> Option<(f64, f64)> {
+    let sum = |f: &dyn Fn(&RequestKey) -> bool| -> f64 {
+        delta.iter().filter(|(k, _)| f(k)).map(|(_, c)| c).sum()
+    };
+    let vmi = |verb: &str, k: &RequestKey| {
+        k.verb == verb && k.group == "kubevirt.io" && k.resource == "virtualmachineinstances"
+    };
+    let pods = sum(&|k| {
+        k.verb == "POST" && k.group.is_empty() && k.resource == "pods" && k.subresource.is_empty()
+    });
+    (pods > 0.0).then(|| {
+        (
+            sum(&|k| vmi("PATCH", k)) / pods,
+            sum(&|k| vmi("PUT", k)) / pods,
+        )
+    })
+}
+
 /// Who writes a resource in a VMI's start, on this cluster: Ferrovirt's components or
 /// Kubernetes' own (the kubelet writes Pod status, the scheduler binds Pods).
 pub fn writer_of(key: &RequestKey) -> &'static str {
@@ -277,6 +305,35 @@ apiserver_request_duration_seconds_bucket{verb="GET",le="1"} 5
         assert_eq!(delta.len(), 1);
         assert_eq!(delta[&status], 4.0);
         assert!(writer_of(&status).starts_with("ferrovirt"));
+    }
+
+    #[test]
+    fn vmi_writes_are_counted_per_pod_created() {
+        let key = |verb: &str, group: &str, resource: &str, subresource: &str| RequestKey {
+            verb: verb.into(),
+            group: group.into(),
+            resource: resource.into(),
+            subresource: subresource.into(),
+        };
+        let mut delta = RequestCounts::new();
+        assert_eq!(vmi_writes_per_pod_created(&delta), None);
+        delta.insert(key("POST", "", "pods", ""), 10.0);
+        delta.insert(key("POST", "", "pods", "binding"), 10.0);
+        delta.insert(
+            key("PATCH", "kubevirt.io", "virtualmachineinstances", ""),
+            15.0,
+        );
+        delta.insert(
+            key("PATCH", "kubevirt.io", "virtualmachineinstances", "status"),
+            3.0,
+        );
+        delta.insert(
+            key("PUT", "kubevirt.io", "virtualmachineinstances", "status"),
+            42.0,
+        );
+        delta.insert(key("PUT", "kubevirt.io", "virtualmachines", "status"), 99.0);
+        delta.insert(key("PATCH", "", "pods", ""), 99.0);
+        assert_eq!(vmi_writes_per_pod_created(&delta), Some((1.8, 4.2)));
     }
 
     #[test]

@@ -37,6 +37,10 @@ use ferrovirt_bench::{
     is_write, median, parse_request_counts, percentile, pids_named, request_delta, writer_of,
     ProcessSampler, RequestCounts,
 };
+use ferrovirt_bench::{
+    vmi_writes_per_pod_created, KUBEVIRT_PATCH_VMI_PER_POD, KUBEVIRT_RUNNING_P50_S,
+    KUBEVIRT_RUNNING_P95_S, KUBEVIRT_UPDATE_VMI_PER_POD,
+};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -474,6 +478,43 @@ async fn run(client: &Client, namespace: &str, o: &Options) -> anyhow::Result<()
         other_writes / n,
         reads / n
     );
+
+    let verdict = |ok: bool| if ok { "within" } else { "over" };
+    println!("KubeVirt's density thresholds (its tests/performance/density.go):");
+    let from_status = segments.get("0 creation -> Running").map(Vec::as_slice);
+    for (label, p, threshold) in [
+        ("creation -> Running P50", 50.0, KUBEVIRT_RUNNING_P50_S),
+        ("creation -> Running P95", 95.0, KUBEVIRT_RUNNING_P95_S),
+    ] {
+        if let Some(value) = from_status.and_then(|v| percentile(v, p)) {
+            println!(
+                "  {label:44} {value:>6.0} s    {} {threshold} s",
+                verdict(value <= threshold)
+            );
+        }
+    }
+    match vmi_writes_per_pod_created(&delta) {
+        Some((patch, update)) => {
+            for (label, value, threshold) in [
+                (
+                    "PATCH VMI per Pod created",
+                    patch,
+                    KUBEVIRT_PATCH_VMI_PER_POD,
+                ),
+                (
+                    "UPDATE VMI per Pod created",
+                    update,
+                    KUBEVIRT_UPDATE_VMI_PER_POD,
+                ),
+            ] {
+                println!(
+                    "  {label:44} {value:>6.2}      {} {threshold}",
+                    verdict(value <= threshold)
+                );
+            }
+        }
+        None => println!("  no Pod was created: no writes per Pod"),
+    }
 
     println!("Ferrovirt's components during the run (from /proc; all instances summed):");
     for (name, (cpu, rss, wall)) in &usage {
