@@ -178,6 +178,8 @@ pub async fn measure(
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::api::core::v1::ContainerStatus;
+
     use super::*;
 
     fn launcher_pod() -> Pod {
@@ -243,25 +245,15 @@ mod tests {
     fn compute_start_is_read_from_the_pods_timestamps() {
         let pod = launcher_pod();
         assert_eq!(compute_started_after(&pod), Some(7.0));
+        fn first_status(pod: &mut Pod) -> &mut ContainerStatus {
+            let status = pod.status.as_mut().unwrap();
+            &mut status.container_statuses.as_mut().unwrap()[0]
+        }
         let mut waiting = pod.clone();
-        waiting
-            .status
-            .as_mut()
-            .unwrap()
-            .container_statuses
-            .as_mut()
-            .unwrap()[0]
-            .state = Some(Default::default());
+        first_status(&mut waiting).state = Some(Default::default());
         assert_eq!(compute_started_after(&waiting), None);
         let mut other = pod;
-        other
-            .status
-            .as_mut()
-            .unwrap()
-            .container_statuses
-            .as_mut()
-            .unwrap()[0]
-            .name = "volumecontainerdisk".into();
+        first_status(&mut other).name = "volumecontainerdisk".into();
         assert_eq!(compute_started_after(&other), None);
     }
 }
