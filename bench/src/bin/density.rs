@@ -7,7 +7,7 @@
 //! - the API requests per VMI, from kube-apiserver's `apiserver_request_total` before and after;
 //! - the average CPU and memory of virt-api, virt-controller and virt-handler during the run,
 //!   from `/proc` (the cluster's processes run on this host);
-//!
+//! - KubeVirt's density thresholds and where the run stands against them;
 //! - the Pod floor ([`ferrovirt_bench::pod_floor`]): once the VMIs are deleted, as many copies of
 //!   one of their launcher Pods, owned by no VMI, created as the VMIs were, then as many with
 //!   its `compute` container alone: Pod created -> `compute` started with no guest on the
@@ -34,12 +34,10 @@ use api::vmi::software_emulation;
 use api::{VirtualMachineInstance, VmiPhase};
 use ferrovirt_bench::pod_floor::{self, compute_started_after, Shape};
 use ferrovirt_bench::{
-    is_write, median, parse_request_counts, percentile, pids_named, request_delta, writer_of,
-    ProcessSampler, RequestCounts,
-};
-use ferrovirt_bench::{
-    vmi_writes_per_pod_created, KUBEVIRT_PATCH_VMI_PER_POD, KUBEVIRT_RUNNING_P50_S,
-    KUBEVIRT_RUNNING_P95_S, KUBEVIRT_UPDATE_VMI_PER_POD,
+    is_write, median, parse_request_counts, percentile, pids_named, request_delta,
+    vmi_writes_per_pod_created, writer_of, ProcessSampler, RequestCounts,
+    KUBEVIRT_PATCH_VMI_PER_POD, KUBEVIRT_RUNNING_P50_S, KUBEVIRT_RUNNING_P95_S,
+    KUBEVIRT_UPDATE_VMI_PER_POD,
 };
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
