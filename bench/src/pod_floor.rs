@@ -5,7 +5,6 @@
 //! start on this machine, with no guest booting beside them.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -13,8 +12,10 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::runtime::wait::{await_condition, conditions::is_deleted};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
+use tokio::sync::mpsc;
 
 /// The label on the copies.
 pub const LABEL: (&str, &str) = ("bench", "pod-floor");
@@ -95,9 +96,9 @@ pub async fn measure(
     timeout: Duration,
 ) -> anyhow::Result<Floor> {
     let selector = format!("{}={}", LABEL.0, LABEL.1);
-    let seen: Arc<Mutex<HashMap<String, Instant>>> = Default::default();
+    // The watch says when it first sees each copy's `compute` running.
+    let (started_tx, mut started) = mpsc::unbounded_channel();
     let watch = {
-        let seen = seen.clone();
         let config = watcher::Config::default().labels(&selector);
         let stream = watcher::watcher(pods.clone(), config);
         tokio::spawn(async move {
@@ -107,10 +108,10 @@ pub async fn measure(
                     Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => pod,
                     _ => continue,
                 };
-                if compute_started_after(&pod).is_some() {
-                    if let Ok(mut seen) = seen.lock() {
-                        seen.entry(pod.name_any()).or_insert_with(Instant::now);
-                    }
+                if compute_started_after(&pod).is_some()
+                    && started_tx.send((pod.name_any(), Instant::now())).is_err()
+                {
+                    return;
                 }
             }
         })
@@ -134,9 +135,15 @@ pub async fn measure(
         let pod = result.context("creating a copy of a launcher Pod")?;
         sent_at.insert(pod.name_any(), sent);
     }
-    let deadline = start + timeout;
-    while seen.lock().map(|s| s.len()).unwrap_or(0) < count && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(250)).await;
+    let deadline = tokio::time::Instant::from_std(start + timeout);
+    let mut seen: HashMap<String, Instant> = HashMap::new();
+    while seen.len() < count {
+        match tokio::time::timeout_at(deadline, started.recv()).await {
+            Ok(Some((name, at))) => {
+                seen.entry(name).or_insert(at);
+            }
+            Ok(None) | Err(_) => break,
+        }
     }
     watch.abort();
 
@@ -144,7 +151,6 @@ pub async fn measure(
         .list(&ListParams::default().labels(&selector))
         .await?
         .items;
-    let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
     let floor = Floor {
         from_status: listed.iter().filter_map(compute_started_after).collect(),
         observed: seen
@@ -160,20 +166,30 @@ pub async fn measure(
     )
     .await
     .context("deleting the copies")?;
-    let gone_by = Instant::now() + Duration::from_secs(300);
-    while !pods
-        .list(&ListParams::default().labels(&selector))
-        .await?
-        .items
-        .is_empty()
-    {
-        anyhow::ensure!(
-            Instant::now() < gone_by,
-            "the copies of the launcher Pod are still there 300 s after their deletion"
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    wait_gone(
+        pods,
+        &ListParams::default().labels(&selector),
+        Duration::from_secs(300),
+    )
+    .await
+    .context("the copies of the launcher Pod after their deletion")?;
     Ok(floor)
+}
+
+/// Waits, by watching each, until the Pods that `list` selects now are deleted; an error after
+/// `within`.
+pub async fn wait_gone(pods: &Api<Pod>, list: &ListParams, within: Duration) -> anyhow::Result<()> {
+    let listed = pods.list(list).await?.items;
+    let n = listed.len();
+    let waits = listed.into_iter().map(|pod| {
+        let (pods, name) = (pods.clone(), pod.name_any());
+        let uid = pod.metadata.uid.unwrap_or_default();
+        async move { await_condition(pods, &name, is_deleted(&uid)).await }
+    });
+    match tokio::time::timeout(within, futures::future::try_join_all(waits)).await {
+        Ok(result) => result.map(drop).context("watching the Pods' deletion"),
+        Err(_) => anyhow::bail!("{n} Pods not all gone after {} s", within.as_secs()),
+    }
 }
 
 #[cfg(test)]

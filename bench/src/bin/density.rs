@@ -551,13 +551,9 @@ async fn pod_floor(
     vmis.delete_collection(&DeleteParams::default(), &ListParams::default())
         .await
         .context("deleting the VMIs")?;
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while !pods.list(&ListParams::default()).await?.items.is_empty() {
-        if Instant::now() > deadline {
-            bail!("launcher Pods still there 300 s after their VMIs were deleted");
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    pod_floor::wait_gone(pods, &ListParams::default(), Duration::from_secs(300))
+        .await
+        .context("the launcher Pods after their VMIs were deleted")?;
     for (shape, what) in [
         (Shape::Whole, "its containers all"),
         (Shape::ComputeOnly, "compute alone"),
