@@ -23,7 +23,8 @@ set_emulation() {
     -p "{\"spec\":{\"configuration\":{\"developerConfiguration\":{\"useEmulation\":$1}}}}" >/dev/null
 }
 cleanup() {
-  set_emulation "${emulation_was:-false}"
+  # As it was: absent (a merge patch's null removes it), false or true.
+  set_emulation "${emulation_was:-null}"
   "$cluster" remove-node "$node" >/dev/null 2>&1 || echo "density-kvm: removing node $node failed" >&2
   rm -rf "$out"
 }
