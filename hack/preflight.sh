@@ -61,10 +61,22 @@ fi
 min_free_gib=${FERROVIRT_MIN_FREE_GIB:-10}
 fs_dir=$cache
 while [[ ! -d $fs_dir ]]; do fs_dir=$(dirname "$fs_dir"); done
-free_gib=$(($(stat -f -c '%a * %S' "$fs_dir") / 1024 / 1024 / 1024))
+free_gib() { echo $(($(stat -f -c '%a * %S' "$fs_dir") / 1024 / 1024 / 1024)); }
+free_gib=$(free_gib)
+# Short of it, cargo's incremental/ directories in the caches go first: they serve
+# edit-and-rebuild loops, cargo rebuilds what it needs of them, and they are often the largest.
+if ((free_gib < min_free_gib)) && [[ -d $cache ]]; then
+  mapfile -t incremental < <(find "$cache" -maxdepth 4 -type d -name incremental -path '*target/*' 2>/dev/null)
+  if ((${#incremental[@]})); then
+    rm -rf "${incremental[@]}"
+    echo "preflight: $free_gib GiB free, under $min_free_gib GiB: deleted cargo's incremental directories in $cache (${incremental[*]}); $(free_gib) GiB free now" >&2
+    free_gib=$(free_gib)
+  fi
+fi
 if ((free_gib < min_free_gib)); then
-  largest=$(du -xsh "$cache"/* "$cache"/cargo-target/*/* 2>/dev/null | sort -h | tail -n 3 | awk '{printf "%s %s; ", $2, $1}')
-  problems+=("only $free_gib GiB free for unprivileged use on the filesystem of $fs_dir; the builds, the images and the local cluster need $min_free_gib GiB (FERROVIRT_MIN_FREE_GIB). Largest caches: ${largest%; } (cargo's incremental/ directories are safe to delete)")
+  # du fails on a pattern that matches nothing (a cache not built yet): what it measured stands.
+  largest=$({ du -xsh "$cache"/* "$cache"/cargo-target/*/* 2>/dev/null || true; } | sort -h | tail -n 3 | awk '{printf "%s %s; ", $2, $1}')
+  problems+=("only $free_gib GiB free for unprivileged use on the filesystem of $fs_dir; the builds, the images and the local cluster need $min_free_gib GiB (FERROVIRT_MIN_FREE_GIB). Largest caches: ${largest%; } (each is rebuilt when deleted, at the cost of the time it took)")
 fi
 
 if ((${#problems[@]})); then
