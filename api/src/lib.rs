@@ -19,12 +19,16 @@
 //! - [`defaults`], then [`validation`] (which re-exports [`field_error`]'s types);
 //! - the behaviour on top of them: [`instancetype`] (applying, expanding and admitting; it
 //!   re-exports [`instancetype_types`]), [`snapshot`], [`clone`], [`object`], [`healthz`] and
-//!   [`crd`].
+//!   [`crd`];
+//! - beside them, with the feature `client`: `client_metrics`, the components' kube client with
+//!   its requests counted for Prometheus.
 #![forbid(unsafe_code)]
 // kube's `printcolumn(...)` attributes repeat `type_ = "string"`, which this lint mistakes for
 // duplicated attributes.
 #![allow(clippy::duplicated_attributes)]
 
+#[cfg(feature = "client")]
+pub mod client_metrics;
 pub mod clone;
 pub mod condition;
 pub mod crd;
