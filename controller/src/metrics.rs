@@ -12,6 +12,14 @@
 //! 3. a deleted VMI is forgotten.
 //!
 //! Both timestamps have one-second resolution (Kubernetes' `metav1.Time`), so are the figures.
+//!
+//! `kubevirt_vmi_phase_count{node,phase,os,workload,flavor,instance_type,preference}` is a gauge
+//! of the VMIs the same watch knows, by their current phase (lower case, as KubeVirt writes it),
+//! node, the `vm.kubevirt.io/{os,workload,flavor}` annotations and the instance type and
+//! preference annotations (`<none>` where absent, as in KubeVirt).
+//!
+//! The body also carries `rest_client_requests_total`, this process's API requests
+//! ([`api::client_metrics`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
@@ -31,6 +39,7 @@ pub const METRICS_PORT: u16 = 8080;
 
 pub const PHASE_TRANSITION_FROM_CREATION: &str =
     "kubevirt_vmi_phase_transition_time_from_creation_seconds";
+pub const PHASE_COUNT: &str = "kubevirt_vmi_phase_count";
 
 /// KubeVirt's buckets for phase transition times, in seconds.
 pub const PHASE_TRANSITION_BUCKETS: [f64; 18] = [
@@ -111,12 +120,69 @@ fn encode_labels(labels: &[(&str, &str)]) -> String {
         .join(",")
 }
 
-/// The phase transitions seen so far and the histogram they fed.
+/// The labels of one series of [`PHASE_COUNT`], in KubeVirt's order.
+pub type PhaseCountLabels = [(&'static str, String); 7];
+
+/// `vmi`'s series of [`PHASE_COUNT`].
+pub fn phase_count_labels(vmi: &VirtualMachineInstance) -> PhaseCountLabels {
+    let annotation = |key: &str| {
+        vmi.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .cloned()
+            .unwrap_or_else(|| "<none>".to_string())
+    };
+    let either = |namespaced: &str, cluster: &str| {
+        let a = annotation(namespaced);
+        if a == "<none>" {
+            annotation(cluster)
+        } else {
+            a
+        }
+    };
+    let status = vmi.status.as_ref();
+    [
+        (
+            "node",
+            status.and_then(|s| s.node_name.clone()).unwrap_or_default(),
+        ),
+        (
+            "phase",
+            status
+                .and_then(|s| s.phase)
+                .map(|p| p.as_str().to_lowercase())
+                .unwrap_or_default(),
+        ),
+        ("os", annotation("vm.kubevirt.io/os")),
+        ("workload", annotation("vm.kubevirt.io/workload")),
+        ("flavor", annotation("vm.kubevirt.io/flavor")),
+        (
+            "instance_type",
+            either(
+                api::instancetype::ANNOTATION_INSTANCETYPE,
+                api::instancetype::ANNOTATION_CLUSTER_INSTANCETYPE,
+            ),
+        ),
+        (
+            "preference",
+            either(
+                api::instancetype::ANNOTATION_PREFERENCE,
+                api::instancetype::ANNOTATION_CLUSTER_PREFERENCE,
+            ),
+        ),
+    ]
+}
+
+/// The phase transitions seen so far and the histogram they fed, and each known VMI's series of
+/// the phase count.
 #[derive(Debug, Default)]
 pub struct PhaseTransitions {
     /// Per VMI uid, the transitions already accounted for.
     seen: HashMap<String, HashSet<(&'static str, i64)>>,
     by_phase: BTreeMap<&'static str, Histogram>,
+    /// Per VMI uid, its series of [`PHASE_COUNT`] now.
+    current: HashMap<String, PhaseCountLabels>,
 }
 
 impl PhaseTransitions {
@@ -129,6 +195,7 @@ impl PhaseTransitions {
         ) else {
             return;
         };
+        self.current.insert(uid.clone(), phase_count_labels(vmi));
         let Some(status) = &vmi.status else { return };
         let seen = self.seen.entry(uid).or_default();
         for transition in &status.phase_transition_timestamps {
@@ -147,6 +214,7 @@ impl PhaseTransitions {
     pub fn forget(&mut self, vmi: &VirtualMachineInstance) {
         if let Some(uid) = &vmi.metadata.uid {
             self.seen.remove(uid);
+            self.current.remove(uid);
         }
     }
 
@@ -163,6 +231,19 @@ impl PhaseTransitions {
         );
         for (phase, histogram) in &self.by_phase {
             histogram.encode(name, &[("phase", phase)], &mut out);
+        }
+        let mut counts: BTreeMap<&PhaseCountLabels, u64> = BTreeMap::new();
+        for labels in self.current.values() {
+            *counts.entry(labels).or_default() += 1;
+        }
+        let name = PHASE_COUNT;
+        let _ = write!(
+            out,
+            "# HELP {name} Sum of VMIs per phase and node.\n# TYPE {name} gauge\n"
+        );
+        for (labels, count) in counts {
+            let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let _ = writeln!(out, "{name}{{{}}} {count}", encode_labels(&labels));
         }
         out
     }
@@ -211,7 +292,8 @@ pub async fn serve(addr: SocketAddr, transitions: Arc<Mutex<PhaseTransitions>>) 
         tokio::spawn(async move {
             let mut request = [0u8; 1024];
             let n = stream.read(&mut request).await.unwrap_or(0);
-            let body = transitions.lock().map(|t| t.encode()).unwrap_or_default();
+            let mut body = transitions.lock().map(|t| t.encode()).unwrap_or_default();
+            body.push_str(&api::client_metrics::encode());
             let response = http_response(&request[..n], &body);
             let _ = stream.write_all(response.as_bytes()).await;
             let _ = stream.shutdown().await;
@@ -329,6 +411,73 @@ mod tests {
         assert!(text.contains(
             "kubevirt_vmi_phase_transition_time_from_creation_seconds_count{phase=\"Scheduled\"} 1\n"
         ));
+    }
+
+    fn vmi_on(
+        uid: &str,
+        phase: &str,
+        node: Option<&str>,
+        os: Option<&str>,
+    ) -> VirtualMachineInstance {
+        let annotations = match os {
+            Some(os) => {
+                json!({"vm.kubevirt.io/os": os, "kubevirt.io/cluster-instancetype-name": "u1.small"})
+            }
+            None => json!({}),
+        };
+        serde_json::from_value(json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+            "metadata": {"name": uid, "namespace": "default", "uid": uid,
+                         "annotations": annotations,
+                         "creationTimestamp": "2026-11-29T12:00:00Z"},
+            "spec": {"domain": {"devices": {}}},
+            "status": {"phase": phase, "nodeName": node},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_phase_count_follows_each_vmis_current_phase() {
+        let mut t = PhaseTransitions::default();
+        t.update(&vmi_on("a", "Pending", None, None), false);
+        t.update(&vmi_on("b", "Running", Some("node-1"), None), false);
+        t.update(&vmi_on("c", "Scheduled", Some("node-1"), None), true);
+        t.update(&vmi_on("c", "Running", Some("node-1"), None), true);
+        t.update(
+            &vmi_on("d", "Running", Some("node-2"), Some("fedora")),
+            true,
+        );
+        let gone = vmi_on("e", "Running", Some("node-2"), None);
+        t.update(&gone, true);
+        t.forget(&gone);
+        let text = t.encode();
+        let none = "os=\"<none>\",workload=\"<none>\",flavor=\"<none>\",\
+                    instance_type=\"<none>\",preference=\"<none>\"";
+        assert!(
+            text.contains("# TYPE kubevirt_vmi_phase_count gauge\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "kubevirt_vmi_phase_count{{node=\"node-1\",phase=\"running\",{none}}} 2\n"
+            )),
+            "{text}"
+        );
+        assert!(text.contains(&format!(
+            "kubevirt_vmi_phase_count{{node=\"\",phase=\"pending\",{none}}} 1\n"
+        )));
+        assert!(text.contains(
+            "kubevirt_vmi_phase_count{node=\"node-2\",phase=\"running\",os=\"fedora\",\
+             workload=\"<none>\",flavor=\"<none>\",instance_type=\"u1.small\",\
+             preference=\"<none>\"} 1\n"
+        ));
+        // Neither the earlier phase of c nor the deleted e is counted.
+        assert_eq!(
+            text.matches("kubevirt_vmi_phase_count{").count(),
+            3,
+            "{text}"
+        );
+        assert!(!text.contains("scheduled\""), "{text}");
     }
 
     #[test]

@@ -17,6 +17,9 @@
 //! 4. overhead = working set - guest resident. The two parts are exported too
 //!    (`ferrovirt_vmi_launcher_memory_working_set_bytes`,
 //!    `ferrovirt_vmi_guest_memory_resident_bytes`).
+//!
+//! The body also carries `rest_client_requests_total`, this process's API requests
+//! ([`api::client_metrics`]).
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -284,7 +287,8 @@ pub async fn serve(client: Client, node: String) {
             let mut request = [0u8; 1024];
             let n = stream.read(&mut request).await.unwrap_or(0);
             let response = if is_get_metrics(&request[..n]) {
-                let body = encode(&node, &collect(&client, &node, &paths).await);
+                let mut body = encode(&node, &collect(&client, &node, &paths).await);
+                body.push_str(&api::client_metrics::encode());
                 format!(
                     "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; \
                      charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",

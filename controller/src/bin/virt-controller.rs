@@ -9,7 +9,7 @@ use controller::lease::LeaderLease;
 #[tokio::main]
 async fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
-    let client = match kube::Client::try_default().await {
+    let client = match api::client_metrics::client().await {
         Ok(client) => client,
         Err(e) => {
             eprintln!("virt-controller: no Kubernetes client: {e}");

@@ -9,7 +9,7 @@ async fn main() -> ExitCode {
         eprintln!("virt-handler: NODE_NAME is not set (the DaemonSet sets it from spec.nodeName)");
         return ExitCode::FAILURE;
     };
-    let client = match kube::Client::try_default().await {
+    let client = match api::client_metrics::client().await {
         Ok(client) => client,
         Err(e) => {
             eprintln!("virt-handler: no Kubernetes client: {e}");
