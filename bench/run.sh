@@ -9,7 +9,8 @@
 #      Pod as virt-handler's kubevirt_vmi_launcher_memory_overhead_bytes reports it, then
 #      KubeVirt's density test (bench density), with its Pod floor;
 #   5. the density test on a KVM worker node (an L1 with nested KVM), the VMM against QEMU TCG
-#      on the same node (bench/density-kvm.sh);
+#      on the same node (bench/density-kvm.sh); then KubeVirt's own density spec, 101 VMIs, with
+#      its Prometheus audit (bench/kubevirt-density.sh, on nodes it adds);
 #   6. Linux on the VMM against QEMU microvm with KVM, side by side in one L1 with nested KVM
 #      (guest-images/bench-nested-boot.sh).
 # The machine's load is printed before and after each part.
@@ -19,7 +20,9 @@
 #   BOOT_RUNS=5     runs of the boot benchmark      OVERHEAD_RUNS=3  runs of the overhead bench
 #   NESTED_RUNS=5   runs of the nested boot benchmark
 #   DENSITY_KVM_N=10  VMIs in the density test on the KVM node
-#   SKIP="vmm boot overhead cluster density density-kvm nested" parts to leave out
+#   KUBEVIRT_DIR=PATH  KubeVirt's prebuilt tests.test and virtctl, for KubeVirt's density spec
+#                      (part 5c fails, saying so, without it)
+#   SKIP="vmm boot overhead cluster density density-kvm kubevirt-density nested" parts to leave out
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/ferrovirt/cargo-target}
@@ -104,6 +107,14 @@ fi
 if ! skip density-kvm; then
   part "5b. density on a KVM worker node: $DENSITY_KVM_N VMIs on the VMM, then on QEMU TCG (bench/density-kvm.sh)"
   flock "$LOCK" bench/density-kvm.sh "$bin/density" "$DENSITY_KVM_N" || failed "bench/density-kvm.sh" $?
+fi
+if ! skip kubevirt-density; then
+  part "5c. KubeVirt's density spec (tests/performance/density.go), 101 VMIs, audited by Prometheus (bench/kubevirt-density.sh)"
+  if [[ -z ${KUBEVIRT_DIR:-} ]]; then
+    failed "KubeVirt's density spec: KUBEVIRT_DIR is not set (the directory of KubeVirt's tests.test and virtctl)" 2
+  else
+    flock "$LOCK" bench/kubevirt-density.sh "$KUBEVIRT_DIR" || failed "bench/kubevirt-density.sh" $?
+  fi
 fi
 if ! skip nested; then
   part "6. Linux boot on the VMM vs QEMU microvm -accel kvm, one L1 with nested KVM (guest-images/bench-nested-boot.sh --runs $NESTED_RUNS)"

@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# KubeVirt's own density spec against Ferrovirt on the local cluster: tests/performance/density.go
+# of KubeVirt's functional suite ("create a batch of 100 VMIs": one primer VMI, then 100 cirros
+# VMIs of 100m CPU and 90Mi created 100 ms apart, all Running within 5 minutes, then its
+# perfscale audit, read from Prometheus at 127.0.0.1:30007).
+#   1. measures what one such VMI's launcher Pod requests of CPU (one VMI of the spec's shape,
+#      deleted after), and adds network-namespace worker nodes until the schedulable nodes'
+#      free CPU holds the 101 launcher Pods (the nodes are removed at the end);
+#   2. starts Prometheus (Debian's package, unpacked into the cache, not installed) on
+#      127.0.0.1:30007, scraping the `metrics` port of virt-controller and virt-handler every
+#      30 s (the interval the spec assumes), with the `pod` label the audit's queries select on;
+#   3. runs the spec through tests/kubevirt-suite/run.sh with KUBEVIRT_E2E_PERF_TEST=true;
+#   4. prints the audit KubeVirt's spec wrote, against the thresholds of density.go (the spec
+#      itself only prints them; this script says which are exceeded, as figures, and fails only
+#      when the spec failed or its audit lacks one of the four figures: a metric Prometheus did
+#      not have).
+#
+# Usage: bench/kubevirt-density.sh KUBEVIRT_DIR   (as root; hack/up.sh must have run; the
+#        directory holds KubeVirt's tests.test and virtctl, as for tests/kubevirt-suite/run.sh)
+# Environment: KUBEVIRT_DENSITY_OUT (default /var/tmp/ferrovirt-kubevirt-density) keeps the
+# suite's log, the audit and Prometheus' log.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=../tests/cluster/lib/common.sh
+source "$here/../tests/cluster/lib/common.sh"
+kv_dir=${1:?usage: bench/kubevirt-density.sh KUBEVIRT_DIR}
+out=${KUBEVIRT_DENSITY_OUT:-/var/tmp/ferrovirt-kubevirt-density}
+cluster=$here/../tests/cluster/cluster.sh
+# The spec's VMIs: the primer and 100.
+VMIS=101
+PROMETHEUS_ADDR=127.0.0.1:30007
+[[ -r $ADMIN_KUBECONFIG ]] || die "no local cluster ($ADMIN_KUBECONFIG is missing): run hack/up.sh first"
+
+rm -rf "$out"
+mkdir -p "$out"
+added=()
+prometheus_pid=
+cleanup() {
+  [[ -z $prometheus_pid ]] || { kill "$prometheus_pid" 2>/dev/null; wait "$prometheus_pid" 2>/dev/null; }
+  kubectl_admin delete namespace --ignore-not-found --wait=false ferrovirt-density-probe >/dev/null 2>&1
+  local node
+  for node in "${added[@]}"; do
+    "$cluster" remove-node "$node" >/dev/null 2>&1 || echo "kubevirt-density: removing node $node failed" >&2
+  done
+}
+trap cleanup EXIT
+
+# 1. One launcher Pod's CPU request, from a VMI of the spec's shape (createVMISpecWithResources).
+kubectl_admin create namespace ferrovirt-density-probe >/dev/null 2>&1
+kubectl_admin -n ferrovirt-density-probe apply -f - >/dev/null <<'YAML' || die "cannot create the probe VMI"
+apiVersion: kubevirt.io/v1
+kind: VirtualMachineInstance
+metadata:
+  name: probe
+spec:
+  domain:
+    resources:
+      requests: {cpu: 100m, memory: 90Mi}
+      limits: {cpu: 100m, memory: 90Mi}
+    devices:
+      disks: [{name: containerdisk, disk: {bus: virtio}}]
+      interfaces: [{name: default, masquerade: {}}]
+  networks: [{name: default, pod: {}}]
+  volumes:
+  - name: containerdisk
+    containerDisk: {image: registry:5000/kubevirt/cirros-container-disk-demo:latest}
+YAML
+pod_request_m=
+for _ in $(seq 60); do
+  pod_request_m=$(kubectl_admin -n ferrovirt-density-probe get pods -l kubevirt.io=virt-launcher -o json |
+    python3 -c '
+import json, sys
+from decimal import Decimal
+def milli(q):
+    return int(Decimal(q[:-1])) if q.endswith("m") else int(Decimal(q) * 1000)
+pods = json.load(sys.stdin)["items"]
+if pods:
+    spec = pods[0]["spec"]
+    run = sum(milli(c.get("resources", {}).get("requests", {}).get("cpu", "0")) for c in spec["containers"])
+    init = max([milli(c.get("resources", {}).get("requests", {}).get("cpu", "0")) for c in spec.get("initContainers", [])] or [0])
+    print(max(run, init) + milli(spec.get("overhead", {}).get("cpu", "0")))')
+  [[ -n $pod_request_m ]] && break
+  sleep 1
+done
+kubectl_admin delete namespace ferrovirt-density-probe --wait=true --timeout=180s >/dev/null 2>&1
+[[ -n $pod_request_m ]] || die "the probe VMI got no launcher Pod in 60 s"
+need_m=$((VMIS * pod_request_m))
+
+# The schedulable nodes' allocatable CPU less what their Pods (not finished) request, millicores.
+free_cpu_m() {
+  python3 - "$ADMIN_KUBECONFIG" "$KUBE_BIN/kubectl" <<'PY'
+import json, subprocess, sys
+from decimal import Decimal
+kubeconfig, kubectl = sys.argv[1:3]
+def get(*args):
+    return json.loads(subprocess.check_output([kubectl, "--kubeconfig", kubeconfig, "get", *args, "-o", "json"]))["items"]
+def milli(q):
+    return int(Decimal(q[:-1])) if q.endswith("m") else int(Decimal(q) * 1000)
+nodes = {n["metadata"]["name"]: milli(n["status"]["allocatable"]["cpu"])
+         for n in get("nodes", "-l", "kubevirt.io/schedulable=true")
+         if not n["spec"].get("unschedulable")
+         and any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["conditions"])}
+for pod in get("pods", "-A"):
+    node = pod["spec"].get("nodeName")
+    if node in nodes and pod["status"].get("phase") not in ("Succeeded", "Failed"):
+        nodes[node] -= sum(milli(c.get("resources", {}).get("requests", {}).get("cpu", "0"))
+                           for c in pod["spec"]["containers"])
+print(sum(max(free, 0) for free in nodes.values()))
+PY
+}
+free_m=$(free_cpu_m) || die "cannot read the nodes' CPU"
+echo "kubevirt-density: one launcher Pod of the spec requests ${pod_request_m}m CPU; $VMIS need ${need_m}m; the schedulable nodes have ${free_m}m free"
+i=0
+while ((free_m < need_m)); do
+  ((++i <= 8)) || die "still ${free_m}m free after adding 8 nodes"
+  node=ferrovirt-density-$i
+  echo "kubevirt-density: adding worker node $node"
+  "$cluster" add-node "$node" >"$out/add-node-$i.log" 2>&1 || { cat "$out/add-node-$i.log"; die "cluster.sh add-node $node failed"; }
+  added+=("$node")
+  # Schedulable once its virt-handler has labelled it.
+  kubectl_admin wait "node/$node" --for=jsonpath='{.metadata.labels.kubevirt\.io/schedulable}'=true \
+    --timeout=300s >/dev/null || die "node $node is not kubevirt.io/schedulable after 300 s"
+  free_m=$(free_cpu_m) || die "cannot read the nodes' CPU"
+  echo "kubevirt-density: ${free_m}m free"
+done
+echo "kubevirt-density: memory available on this machine: $(awk '/MemAvailable/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)"
+
+# 2. Prometheus, from Debian's package, unpacked once per version into the cache.
+version=$(apt-cache policy prometheus 2>/dev/null | awk '/Candidate:/ {print $2}')
+[[ -n $version && $version != "(none)" ]] || die "Debian's apt knows no prometheus package (apt-get update?)"
+prom_dir=$CACHE_DIR/prometheus/$version
+if [[ ! -x $prom_dir/usr/bin/prometheus ]]; then
+  rm -rf "$prom_dir.tmp" && mkdir -p "$prom_dir.tmp"
+  (cd "$prom_dir.tmp" && apt-get download -q "prometheus=$version" >/dev/null) || die "apt-get download prometheus failed"
+  dpkg-deb -x "$prom_dir.tmp"/prometheus_*.deb "$prom_dir.tmp" || die "cannot unpack the prometheus package"
+  rm -f "$prom_dir.tmp"/prometheus_*.deb
+  rm -rf "$prom_dir" && mv "$prom_dir.tmp" "$prom_dir"
+fi
+cat >"$out/prometheus.yml" <<YAML
+global:
+  scrape_interval: 30s
+  evaluation_interval: 30s
+scrape_configs:
+  - job_name: kubevirt
+    kubernetes_sd_configs:
+      - role: pod
+        kubeconfig_file: $ADMIN_KUBECONFIG
+        namespaces: {names: [kubevirt]}
+    relabel_configs:
+      - {source_labels: [__meta_kubernetes_pod_container_port_name], regex: metrics, action: keep}
+      - {source_labels: [__meta_kubernetes_namespace], target_label: namespace}
+      - {source_labels: [__meta_kubernetes_pod_name], target_label: pod}
+YAML
+"$prom_dir/usr/bin/prometheus" --config.file="$out/prometheus.yml" \
+  --storage.tsdb.path="$out/prometheus-data" --web.listen-address="$PROMETHEUS_ADDR" \
+  >"$out/prometheus.log" 2>&1 &
+prometheus_pid=$!
+# Ready, and every virt-controller and virt-handler target scraped once and up.
+targets_up() {
+  curl -sf "http://$PROMETHEUS_ADDR/api/v1/targets" | python3 -c '
+import json, sys
+targets = json.load(sys.stdin)["data"]["activeTargets"]
+pods = [t for t in targets if t["labels"].get("pod", "").startswith(("virt-controller", "virt-handler"))]
+sys.exit(0 if pods and all(t["health"] == "up" for t in pods) else 1)'
+}
+wait_for "Prometheus scraping virt-controller and virt-handler" 120 targets_up || {
+  tail -n 20 "$out/prometheus.log"
+  curl -s "http://$PROMETHEUS_ADDR/api/v1/targets" | head -c 2000
+  die "Prometheus at $PROMETHEUS_ADDR did not scrape every virt-controller and virt-handler in 120 s"
+}
+echo "kubevirt-density: Prometheus $version on $PROMETHEUS_ADDR scraping $(curl -sf "http://$PROMETHEUS_ADDR/api/v1/targets" |
+  python3 -c 'import json, sys; print(", ".join(sorted(t["labels"]["pod"] for t in json.load(sys.stdin)["data"]["activeTargets"])))')"
+
+# 3. The spec, alone.
+list=$out/specs.txt
+printf 'tests/performance/density.go:91\tpass\t[sig-performance] Control Plane Performance Density Testing Density test [small] create a batch of 100 VMIs should successfully create all VMIS\n' >"$list"
+started=$SECONDS
+rc=0
+KUBEVIRT_E2E_PERF_TEST=true ARTIFACTS=$out/suite/artifacts KUBEVIRT_SUITE_OUT=$out/suite \
+  KUBEVIRT_SUITE_TIMEOUT=30m "$here/../tests/kubevirt-suite/run.sh" "$kv_dir" "$list" || rc=$?
+echo "kubevirt-density: the suite ran for $((SECONDS - started)) s (exit status $rc)"
+
+# 4. The audit, against density.go's thresholds.
+audit=$out/suite/artifacts/VMI-perf-audit-results.json
+[[ -s $audit ]] || die "the spec wrote no audit ($audit); the suite's log: $out/suite/suite.log"
+python3 - "$audit" <<'PY' || rc=1
+import json, sys
+values = {k: v["value"] for k, v in json.load(open(sys.argv[1]))["Values"].items()}
+print("KubeVirt's density spec, its audit (Prometheus, over the spec's own window):")
+for key in sorted(values):
+    print(f"  {key:45} {values[key]:10.2f}")
+pods = values.get("CREATE-pods-count", 0.0)
+def per_pod(key):
+    return values[key] / pods if pods and key in values else None
+# The audit writes 0 for a quantile over no data: a missing figure, not a fast one.
+def seconds(key):
+    return values.get(key) or None
+rows = [
+    ("creation -> Running P50 (s)", seconds("vmiCreationToRunningSecondsP50"), 45),
+    ("creation -> Running P95 (s)", seconds("vmiCreationToRunningSecondsP95"), 60),
+    ("PATCH VMI per Pod created", per_pod("PATCH-virtualmachineinstances-count"), 2),
+    ("UPDATE VMI per Pod created", per_pod("UPDATE-virtualmachineinstances-count"), 10),
+]
+print("against density.go's thresholds:")
+missing = False
+for name, got, limit in rows:
+    if got is None:
+        missing = True
+        print(f"  {name:30}      n/a  threshold {limit:3}  NO DATA in Prometheus")
+    else:
+        print(f"  {name:30} {got:8.2f}  threshold {limit:3}  {'within' if got <= limit else 'EXCEEDED'}")
+sys.exit(1 if missing else 0)
+PY
+exit "$rc"
