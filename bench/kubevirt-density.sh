@@ -9,6 +9,8 @@
 #   2. starts Prometheus (Debian's package, unpacked into the cache, not installed) on
 #      127.0.0.1:30007, scraping the `metrics` port of virt-controller and virt-handler every
 #      30 s (the interval the spec assumes), with the `pod` label the audit's queries select on;
+#      the targets come from a file this script keeps up to date (Debian's Prometheus has no
+#      Kubernetes service discovery);
 #   3. runs the spec through tests/kubevirt-suite/run.sh with KUBEVIRT_E2E_PERF_TEST=true;
 #   4. prints the audit KubeVirt's spec wrote, against the thresholds of density.go (the spec
 #      itself only prints them; this script says which are exceeded, as figures, and fails only
@@ -35,7 +37,9 @@ rm -rf "$out"
 mkdir -p "$out"
 added=()
 prometheus_pid=
+targets_pid=
 cleanup() {
+  [[ -z $targets_pid ]] || kill "$targets_pid" 2>/dev/null
   [[ -z $prometheus_pid ]] || { kill "$prometheus_pid" 2>/dev/null; wait "$prometheus_pid" 2>/dev/null; }
   kubectl_admin delete namespace --ignore-not-found --wait=false ferrovirt-density-probe >/dev/null 2>&1
   local node
@@ -131,25 +135,52 @@ version=$(apt-cache policy prometheus 2>/dev/null | awk '/Candidate:/ {print $2}
 prom_dir=$CACHE_DIR/prometheus/$version
 if [[ ! -x $prom_dir/usr/bin/prometheus ]]; then
   rm -rf "$prom_dir.tmp" && mkdir -p "$prom_dir.tmp"
-  (cd "$prom_dir.tmp" && apt-get download -q "prometheus=$version" >/dev/null) || die "apt-get download prometheus failed"
+  # As root into root's directory: apt's sandbox user could not write there.
+  (cd "$prom_dir.tmp" && apt-get download -q -o APT::Sandbox::User=root "prometheus=$version" >/dev/null) ||
+    die "apt-get download prometheus failed"
   dpkg-deb -x "$prom_dir.tmp"/prometheus_*.deb "$prom_dir.tmp" || die "cannot unpack the prometheus package"
   rm -f "$prom_dir.tmp"/prometheus_*.deb
   rm -rf "$prom_dir" && mv "$prom_dir.tmp" "$prom_dir"
 fi
+# Debian builds Prometheus without Kubernetes service discovery: the targets come from a file
+# that a loop here rewrites from the API every 10 s (Prometheus rereads it), the `metrics` port
+# of each Pod of the kubevirt namespace that has one, labelled with its namespace and pod.
+write_targets() {
+  local ready
+  # The Pods of a node that is gone or not Ready are left out: a removed node's are deleted
+  # only later, by the Pod garbage collector.
+  ready=$(kubectl_admin get nodes -o json | python3 -c '
+import json, sys
+print(" ".join(n["metadata"]["name"] for n in json.load(sys.stdin)["items"]
+               if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["conditions"])))') ||
+    return 1
+  kubectl_admin -n kubevirt get pods -o json | python3 -c '
+import json, sys
+ready = set(sys.argv[1].split())
+targets = []
+for pod in json.load(sys.stdin)["items"]:
+    if pod["spec"].get("nodeName") not in ready:
+        continue
+    ip = pod["status"].get("podIP")
+    for container in pod["spec"]["containers"]:
+        for port in container.get("ports", []):
+            if ip and port.get("name") == "metrics" and pod["status"].get("phase") == "Running":
+                targets.append({"targets": ["%s:%d" % (ip, port["containerPort"])],
+                                "labels": {"namespace": "kubevirt", "pod": pod["metadata"]["name"]}})
+print(json.dumps(targets, indent=1))' "$ready" | write_file "$out/targets.json"
+}
+write_targets || die "cannot list the Pods of the kubevirt namespace"
+(while sleep 10; do write_targets 2>/dev/null; done) &
+targets_pid=$!
 cat >"$out/prometheus.yml" <<YAML
 global:
   scrape_interval: 30s
   evaluation_interval: 30s
 scrape_configs:
   - job_name: kubevirt
-    kubernetes_sd_configs:
-      - role: pod
-        kubeconfig_file: $ADMIN_KUBECONFIG
-        namespaces: {names: [kubevirt]}
-    relabel_configs:
-      - {source_labels: [__meta_kubernetes_pod_container_port_name], regex: metrics, action: keep}
-      - {source_labels: [__meta_kubernetes_namespace], target_label: namespace}
-      - {source_labels: [__meta_kubernetes_pod_name], target_label: pod}
+    file_sd_configs:
+      - files: [$out/targets.json]
+        refresh_interval: 10s
 YAML
 "$prom_dir/usr/bin/prometheus" --config.file="$out/prometheus.yml" \
   --storage.tsdb.path="$out/prometheus-data" --web.listen-address="$PROMETHEUS_ADDR" \
@@ -163,11 +194,18 @@ targets = json.load(sys.stdin)["data"]["activeTargets"]
 pods = [t for t in targets if t["labels"].get("pod", "").startswith(("virt-controller", "virt-handler"))]
 sys.exit(0 if pods and all(t["health"] == "up" for t in pods) else 1)'
 }
-wait_for "Prometheus scraping virt-controller and virt-handler" 120 targets_up || {
-  tail -n 20 "$out/prometheus.log"
-  curl -s "http://$PROMETHEUS_ADDR/api/v1/targets" | head -c 2000
-  die "Prometheus at $PROMETHEUS_ADDR did not scrape every virt-controller and virt-handler in 120 s"
-}
+deadline=$((SECONDS + 120))
+until targets_up 2>/dev/null; do
+  kill -0 "$prometheus_pid" 2>/dev/null || {
+    tail -n 5 "$out/prometheus.log"
+    die "Prometheus exited; its log: $out/prometheus.log"
+  }
+  ((SECONDS < deadline)) || {
+    curl -s "http://$PROMETHEUS_ADDR/api/v1/targets" | head -c 2000
+    die "Prometheus at $PROMETHEUS_ADDR did not scrape every virt-controller and virt-handler in 120 s"
+  }
+  sleep 1
+done
 echo "kubevirt-density: Prometheus $version on $PROMETHEUS_ADDR scraping $(curl -sf "http://$PROMETHEUS_ADDR/api/v1/targets" |
   python3 -c 'import json, sys; print(", ".join(sorted(t["labels"]["pod"] for t in json.load(sys.stdin)["data"]["activeTargets"])))')"
 
