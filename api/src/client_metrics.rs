@@ -1,6 +1,7 @@
-//! `rest_client_requests_total`: the requests a component made to the API server, counted the
-//! way KubeVirt's components count theirs, by response `code`, HTTP `method`, `host`, `resource`
-//! and Kubernetes `verb` (`GET`, `LIST`, `WATCH`, `CREATE`, `UPDATE`, `PATCH`, `DELETE`,
+//! `kubevirt_rest_client_requests_total`: the requests a component made to the API server,
+//! counted the way KubeVirt's components count theirs (client-go's `rest_client_requests_total`
+//! under KubeVirt's prefix), by response `code`, HTTP `method`, `host`, `resource` and
+//! Kubernetes `verb` (`GET`, `LIST`, `WATCH`, `CREATE`, `UPDATE`, `PATCH`, `DELETE`,
 //! `DELETECOLLECTION`). KubeVirt's density test reads it through Prometheus to compare the
 //! writes of VMIs with the Pods created (`PATCH-virtualmachineinstances-count` per
 //! `CREATE-pods-count` and so on).
@@ -18,7 +19,7 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower::{Layer, Service};
 
-pub const REQUESTS_TOTAL: &str = "rest_client_requests_total";
+pub const REQUESTS_TOTAL: &str = "kubevirt_rest_client_requests_total";
 
 /// The labels of one series of [`REQUESTS_TOTAL`].
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -300,12 +301,12 @@ mod tests {
         );
         let text = encode_series(&series);
         assert!(
-            text.starts_with("# HELP rest_client_requests_total "),
+            text.starts_with("# HELP kubevirt_rest_client_requests_total "),
             "{text}"
         );
-        assert!(text.contains("# TYPE rest_client_requests_total counter\n"));
+        assert!(text.contains("# TYPE kubevirt_rest_client_requests_total counter\n"));
         assert!(text.contains(
-            "rest_client_requests_total{code=\"200\",host=\"10.0.0.1:6443\",method=\"PATCH\",\
+            "kubevirt_rest_client_requests_total{code=\"200\",host=\"10.0.0.1:6443\",method=\"PATCH\",\
              resource=\"virtualmachineinstances\",verb=\"PATCH\"} 3\n"
         ));
         assert!(text.contains("host=\"a\\\"b\""), "{text}");
@@ -375,7 +376,7 @@ mod tests {
         assert_eq!(count_of(host, "409", "UPDATE", "pods"), 1);
         assert_eq!(count_of(host, "<error>", "LIST", "pods"), 1);
         assert!(encode().contains(&format!(
-            "rest_client_requests_total{{code=\"201\",host=\"{host}\",method=\"POST\",\
+            "kubevirt_rest_client_requests_total{{code=\"201\",host=\"{host}\",method=\"POST\",\
              resource=\"pods\",verb=\"CREATE\"}} 2\n"
         )));
     }

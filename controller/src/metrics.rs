@@ -12,14 +12,17 @@
 //! 3. a deleted VMI is forgotten.
 //!
 //! Both timestamps have one-second resolution (Kubernetes' `metav1.Time`), so are the figures.
+//! `kubevirt_vmi_phase_transition_time_from_deletion_seconds{phase}` is its twin for a deleted
+//! VMI's end: a new transition to `Succeeded` or `Failed` at or after the VMI's
+//! `deletionTimestamp` is observed as the time since that deletion.
 //!
 //! `kubevirt_vmi_phase_count{node,phase,os,workload,flavor,instance_type,preference}` is a gauge
 //! of the VMIs the same watch knows, by their current phase (lower case, as KubeVirt writes it),
 //! node, the `vm.kubevirt.io/{os,workload,flavor}` annotations and the instance type and
 //! preference annotations (`<none>` where absent, as in KubeVirt).
 //!
-//! The body also carries `rest_client_requests_total`, this process's API requests
-//! ([`api::client_metrics`]).
+//! The body also carries `kubevirt_rest_client_requests_total`, this process's API
+//! requests ([`api::client_metrics`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
@@ -39,6 +42,8 @@ pub const METRICS_PORT: u16 = 8080;
 
 pub const PHASE_TRANSITION_FROM_CREATION: &str =
     "kubevirt_vmi_phase_transition_time_from_creation_seconds";
+pub const PHASE_TRANSITION_FROM_DELETION: &str =
+    "kubevirt_vmi_phase_transition_time_from_deletion_seconds";
 pub const PHASE_COUNT: &str = "kubevirt_vmi_phase_count";
 
 /// KubeVirt's buckets for phase transition times, in seconds.
@@ -181,6 +186,8 @@ pub struct PhaseTransitions {
     /// Per VMI uid, the transitions already accounted for.
     seen: HashMap<String, HashSet<(&'static str, i64)>>,
     by_phase: BTreeMap<&'static str, Histogram>,
+    /// Times from deletion to the final phases.
+    by_phase_from_deletion: BTreeMap<&'static str, Histogram>,
     /// Per VMI uid, its series of [`PHASE_COUNT`] now.
     current: HashMap<String, PhaseCountLabels>,
 }
@@ -197,17 +204,25 @@ impl PhaseTransitions {
         };
         self.current.insert(uid.clone(), phase_count_labels(vmi));
         let Some(status) = &vmi.status else { return };
+        let deleted = vmi.metadata.deletion_timestamp.as_ref().map(|t| t.0);
         let seen = self.seen.entry(uid).or_default();
         for transition in &status.phase_transition_timestamps {
             let at = transition.phase_transition_timestamp.0;
             if !seen.insert((transition.phase.as_str(), at.as_second())) || !observe {
                 continue;
             }
-            let seconds = (at.as_millisecond() - created.as_millisecond()).max(0) as f64 / 1000.0;
+            let since = |from_ms: i64| (at.as_millisecond() - from_ms).max(0) as f64 / 1000.0;
             self.by_phase
                 .entry(transition.phase.as_str())
                 .or_insert_with(|| Histogram::new(&PHASE_TRANSITION_BUCKETS))
-                .observe(seconds);
+                .observe(since(created.as_millisecond()));
+            let ended = matches!(transition.phase, VmiPhase::Succeeded | VmiPhase::Failed);
+            if let Some(deleted) = deleted.filter(|deleted| ended && at >= *deleted) {
+                self.by_phase_from_deletion
+                    .entry(transition.phase.as_str())
+                    .or_insert_with(|| Histogram::new(&PHASE_TRANSITION_BUCKETS))
+                    .observe(since(deleted.as_millisecond()));
+            }
         }
     }
 
@@ -222,6 +237,10 @@ impl PhaseTransitions {
         self.by_phase.get(phase.as_str())
     }
 
+    pub fn histogram_from_deletion(&self, phase: VmiPhase) -> Option<&Histogram> {
+        self.by_phase_from_deletion.get(phase.as_str())
+    }
+
     /// The metrics in Prometheus' text format.
     pub fn encode(&self) -> String {
         let name = PHASE_TRANSITION_FROM_CREATION;
@@ -230,6 +249,15 @@ impl PhaseTransitions {
              seconds.\n# TYPE {name} histogram\n"
         );
         for (phase, histogram) in &self.by_phase {
+            histogram.encode(name, &[("phase", phase)], &mut out);
+        }
+        let name = PHASE_TRANSITION_FROM_DELETION;
+        let _ = write!(
+            out,
+            "# HELP {name} Histogram of VM phase transitions duration from deletion time in \
+             seconds.\n# TYPE {name} histogram\n"
+        );
+        for (phase, histogram) in &self.by_phase_from_deletion {
             histogram.encode(name, &[("phase", phase)], &mut out);
         }
         let mut counts: BTreeMap<&PhaseCountLabels, u64> = BTreeMap::new();
@@ -478,6 +506,34 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("scheduled\""), "{text}");
+    }
+
+    #[test]
+    fn a_deleted_vmis_end_is_observed_from_its_deletion() {
+        let mut t = PhaseTransitions::default();
+        let mut deleted = vmi(
+            "u1",
+            &[
+                ("Running", "2026-11-29T12:00:03Z"),
+                ("Succeeded", "2026-11-29T12:00:12Z"),
+            ],
+        );
+        deleted.metadata.deletion_timestamp =
+            Some(serde_json::from_value(json!("2026-11-29T12:00:10Z")).unwrap());
+        t.update(&deleted, true);
+        let succeeded = t.histogram_from_deletion(VmiPhase::Succeeded).unwrap();
+        assert_eq!((succeeded.count(), succeeded.sum), (1, 2.0));
+        // Running came before the deletion; a VMI that failed before it was deleted is no
+        // deletion's figure either.
+        assert!(t.histogram_from_deletion(VmiPhase::Running).is_none());
+        let mut failed_first = vmi("u2", &[("Failed", "2026-11-29T12:00:05Z")]);
+        failed_first.metadata.deletion_timestamp =
+            Some(serde_json::from_value(json!("2026-11-29T12:00:10Z")).unwrap());
+        t.update(&failed_first, true);
+        assert!(t.histogram_from_deletion(VmiPhase::Failed).is_none());
+        assert!(t.encode().contains(
+            "kubevirt_vmi_phase_transition_time_from_deletion_seconds_bucket{phase=\"Succeeded\",le=\"2\"} 1\n"
+        ));
     }
 
     #[test]

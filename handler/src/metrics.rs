@@ -18,8 +18,8 @@
 //!    (`ferrovirt_vmi_launcher_memory_working_set_bytes`,
 //!    `ferrovirt_vmi_guest_memory_resident_bytes`).
 //!
-//! The body also carries `rest_client_requests_total`, this process's API requests
-//! ([`api::client_metrics`]).
+//! The body also carries `kubevirt_rest_client_requests_total`, this process's API
+//! requests ([`api::client_metrics`]).
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
