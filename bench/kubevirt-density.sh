@@ -38,8 +38,10 @@ mkdir -p "$out"
 added=()
 prometheus_pid=
 targets_pid=
+sampler_pid=
 cleanup() {
   [[ -z $targets_pid ]] || kill "$targets_pid" 2>/dev/null
+  [[ -z $sampler_pid ]] || kill "$sampler_pid" 2>/dev/null
   [[ -z $prometheus_pid ]] || { kill "$prometheus_pid" 2>/dev/null; wait "$prometheus_pid" 2>/dev/null; }
   kubectl_admin delete namespace --ignore-not-found --wait=false ferrovirt-density-probe >/dev/null 2>&1
   local node
@@ -142,44 +144,70 @@ if [[ ! -x $prom_dir/usr/bin/prometheus ]]; then
   rm -f "$prom_dir.tmp"/prometheus_*.deb
   rm -rf "$prom_dir" && mv "$prom_dir.tmp" "$prom_dir"
 fi
-# Debian builds Prometheus without Kubernetes service discovery: the targets come from a file
-# that a loop here rewrites from the API every 10 s (Prometheus rereads it), the `metrics` port
-# of each Pod of the kubevirt namespace that has one, labelled with its namespace and pod.
+# Debian builds Prometheus without Kubernetes service discovery: the targets come from files
+# that a loop here rewrites from the API every 10 s (Prometheus rereads them): the `metrics`
+# port of each Pod of the kubevirt namespace that has one, labelled with its namespace and pod;
+# and each node's kubelet, whose cAdvisor gives the components' container_cpu_usage_seconds_total
+# and container_memory_rss (the audit's CPU and memory figures). The Pods of a node that is gone
+# or not Ready are left out: a removed node's are deleted only later, by the Pod collector.
 write_targets() {
-  local ready
-  # The Pods of a node that is gone or not Ready are left out: a removed node's are deleted
-  # only later, by the Pod garbage collector.
-  ready=$(kubectl_admin get nodes -o json | python3 -c '
-import json, sys
-print(" ".join(n["metadata"]["name"] for n in json.load(sys.stdin)["items"]
-               if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["conditions"])))') ||
-    return 1
-  kubectl_admin -n kubevirt get pods -o json | python3 -c '
-import json, sys
-ready = set(sys.argv[1].split())
-targets = []
-for pod in json.load(sys.stdin)["items"]:
-    if pod["spec"].get("nodeName") not in ready:
-        continue
+  kubectl_admin get nodes -o json >"$out/nodes.json" &&
+    kubectl_admin -n kubevirt get pods -o json >"$out/pods.json" || return 1
+  python3 - "$out" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+ready = {n["metadata"]["name"]: n for n in json.load(open(f"{out}/nodes.json"))["items"]
+         if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["conditions"])}
+pods = []
+for pod in json.load(open(f"{out}/pods.json"))["items"]:
     ip = pod["status"].get("podIP")
+    if pod["spec"].get("nodeName") not in ready or not ip or pod["status"].get("phase") != "Running":
+        continue
     for container in pod["spec"]["containers"]:
         for port in container.get("ports", []):
-            if ip and port.get("name") == "metrics" and pod["status"].get("phase") == "Running":
-                targets.append({"targets": ["%s:%d" % (ip, port["containerPort"])],
-                                "labels": {"namespace": "kubevirt", "pod": pod["metadata"]["name"]}})
-print(json.dumps(targets, indent=1))' "$ready" | write_file "$out/targets.json"
+            if port.get("name") == "metrics":
+                pods.append({"targets": [f"{ip}:{port['containerPort']}"],
+                             "labels": {"namespace": "kubevirt", "pod": pod["metadata"]["name"]}})
+kubelets = []
+for name, node in ready.items():
+    port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
+    for address in node["status"]["addresses"]:
+        if address["type"] == "InternalIP":
+            kubelets.append({"targets": [f"{address['address']}:{port}"], "labels": {"node": name}})
+for name, targets in (("targets", pods), ("kubelets", kubelets)):
+    with open(f"{out}/{name}.json.new", "w") as f:
+        json.dump(targets, f, indent=1)
+    os.replace(f"{out}/{name}.json.new", f"{out}/{name}.json")
+PY
 }
-write_targets || die "cannot list the Pods of the kubevirt namespace"
+write_targets || die "cannot list the nodes and the Pods of the kubevirt namespace"
 (while sleep 10; do write_targets 2>/dev/null; done) &
 targets_pid=$!
+# KubeVirt's recording rule that the audit's phase and per-VMI memory queries read, from the
+# gauge virt-controller serves.
+cat >"$out/rules.yml" <<'YAML'
+groups:
+  - name: kubevirt
+    rules:
+      - record: node:kubevirt_vmi_phase:sum
+        expr: sum by (node, phase) (kubevirt_vmi_phase_count)
+YAML
 cat >"$out/prometheus.yml" <<YAML
 global:
   scrape_interval: 30s
   evaluation_interval: 30s
+rule_files: [$out/rules.yml]
 scrape_configs:
   - job_name: kubevirt
     file_sd_configs:
       - files: [$out/targets.json]
+        refresh_interval: 10s
+  - job_name: cadvisor
+    scheme: https
+    metrics_path: /metrics/cadvisor
+    tls_config: {ca_file: $PKI/ca.crt, cert_file: $PKI/admin.crt, key_file: $PKI/admin.key}
+    file_sd_configs:
+      - files: [$out/kubelets.json]
         refresh_interval: 10s
 YAML
 "$prom_dir/usr/bin/prometheus" --config.file="$out/prometheus.yml" \
@@ -192,7 +220,8 @@ targets_up() {
 import json, sys
 targets = json.load(sys.stdin)["data"]["activeTargets"]
 pods = [t for t in targets if t["labels"].get("pod", "").startswith(("virt-controller", "virt-handler"))]
-sys.exit(0 if pods and all(t["health"] == "up" for t in pods) else 1)'
+kubelets = [t for t in targets if t["labels"]["job"] == "cadvisor"]
+sys.exit(0 if pods and kubelets and all(t["health"] == "up" for t in pods + kubelets) else 1)'
 }
 deadline=$((SECONDS + 120))
 until targets_up 2>/dev/null; do
@@ -202,12 +231,25 @@ until targets_up 2>/dev/null; do
   }
   ((SECONDS < deadline)) || {
     curl -s "http://$PROMETHEUS_ADDR/api/v1/targets" | head -c 2000
-    die "Prometheus at $PROMETHEUS_ADDR did not scrape every virt-controller and virt-handler in 120 s"
+    die "Prometheus at $PROMETHEUS_ADDR did not scrape every virt-controller, virt-handler and kubelet in 120 s"
   }
   sleep 1
 done
 echo "kubevirt-density: Prometheus $version on $PROMETHEUS_ADDR scraping $(curl -sf "http://$PROMETHEUS_ADDR/api/v1/targets" |
-  python3 -c 'import json, sys; print(", ".join(sorted(t["labels"]["pod"] for t in json.load(sys.stdin)["data"]["activeTargets"])))')"
+  python3 -c 'import json, sys; print(", ".join(sorted(t["labels"].get("pod") or "kubelet of " + t["labels"]["node"] for t in json.load(sys.stdin)["data"]["activeTargets"])))')"
+
+# Where the CPUs go during the spec: every 5 s, the machine's busy CPU time (/proc/stat: user,
+# nice, system, irq, softirq, steal) and the CPU time of the QEMU processes (the TCG guests)
+# alive then, in clock ticks.
+cpu_sampler() {
+  while true; do
+    echo "$SECONDS $(awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat) $(cat /proc/[0-9]*/stat 2>/dev/null |
+      awk '$2 == "(qemu-system-x86)" {t += $14 + $15; n++} END {print t + 0, n + 0}')"
+    sleep 5
+  done
+}
+cpu_sampler >"$out/cpu.txt" &
+sampler_pid=$!
 
 # 3. The spec, alone.
 list=$out/specs.txt
@@ -217,6 +259,20 @@ rc=0
 KUBEVIRT_E2E_PERF_TEST=true ARTIFACTS=$out/suite/artifacts KUBEVIRT_SUITE_OUT=$out/suite \
   KUBEVIRT_SUITE_TIMEOUT=30m "$here/../tests/kubevirt-suite/run.sh" "$kv_dir" "$list" || rc=$?
 echo "kubevirt-density: the suite ran for $((SECONDS - started)) s (exit status $rc)"
+kill "$sampler_pid" 2>/dev/null
+sampler_pid=
+python3 - "$out/cpu.txt" "$(getconf CLK_TCK)" "$(nproc)" <<'PY' || true
+import sys
+rows = [tuple(map(float, line.split())) for line in open(sys.argv[1]) if len(line.split()) == 4]
+hz, cpus = float(sys.argv[2]), int(sys.argv[3])
+t0, busy0, qemu0, _ = rows[0]
+# The sample where the guests had used the most, before the suite's cleanup stopped them.
+t, busy, qemu, n = max(rows, key=lambda r: r[2])
+print(f"CPU from the spec's start to its peak of QEMU ({t - t0:.0f} s later, {n:.0f} QEMU processes): "
+      f"the machine spent {(busy - busy0) / hz:.0f} CPU-s of the {cpus * (t - t0):.0f} it had; "
+      f"the QEMU processes (TCG guests) {(qemu - qemu0) / hz:.0f} CPU-s of them "
+      f"({100 * (qemu - qemu0) / max(busy - busy0, 1):.0f} %)")
+PY
 
 # 4. The audit, against density.go's thresholds.
 audit=$out/suite/artifacts/VMI-perf-audit-results.json
