@@ -19,6 +19,8 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower::{Layer, Service};
 
+use crate::prometheus_text::encode_labels;
+
 pub const REQUESTS_TOTAL: &str = "kubevirt_rest_client_requests_total";
 
 /// The labels of one series of [`REQUESTS_TOTAL`].
@@ -99,27 +101,16 @@ fn encode_series(series: &BTreeMap<RequestKey, u64>) -> String {
          # TYPE {name} counter\n"
     );
     for (key, count) in series {
-        let labels = [
+        let labels = encode_labels(&[
             ("code", &key.code),
             ("host", &key.host),
             ("method", &key.method),
             ("resource", &key.resource),
             ("verb", &key.verb),
-        ]
-        .iter()
-        .map(|(label, value)| format!("{label}=\"{}\"", escape(value)))
-        .collect::<Vec<_>>()
-        .join(",");
+        ]);
         out.push_str(&format!("{name}{{{labels}}} {count}\n"));
     }
     out
-}
-
-fn escape(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 /// A layer that counts each request of the service it wraps in [`REQUESTS_TOTAL`], with `host`

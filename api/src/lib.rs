@@ -20,8 +20,8 @@
 //! - the behaviour on top of them: [`instancetype`] (applying, expanding and admitting; it
 //!   re-exports [`instancetype_types`]), [`snapshot`], [`clone`], [`object`], [`healthz`] and
 //!   [`crd`];
-//! - beside them, with the feature `client`: `client_metrics`, the components' kube client with
-//!   its requests counted for Prometheus.
+//! - beside them: [`prometheus_text`] (the metrics' text format), and with the feature `client`,
+//!   `client_metrics`, the components' kube client with its requests counted for Prometheus.
 #![forbid(unsafe_code)]
 // kube's `printcolumn(...)` attributes repeat `type_ = "string"`, which this lint mistakes for
 // duplicated attributes.
@@ -49,6 +49,7 @@ pub mod migration_policy;
 pub mod object;
 pub mod other;
 pub mod pool;
+pub mod prometheus_text;
 pub mod quantity;
 pub mod replicaset;
 mod schema;

@@ -25,6 +25,7 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use api::prometheus_text::encode_labels;
 use api::{VirtualMachineInstance, VmiPhase};
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
@@ -195,24 +196,15 @@ pub fn encode(node: &str, vmis: &[VmiMemory]) -> String {
     for (name, help, value) in gauges {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
         for vmi in vmis {
-            let _ = writeln!(
-                out,
-                "{name}{{namespace=\"{}\",name=\"{}\",node=\"{}\"}} {}",
-                escape(&vmi.namespace),
-                escape(&vmi.name),
-                escape(node),
-                value(&vmi.memory)
-            );
+            let labels = encode_labels(&[
+                ("namespace", &vmi.namespace),
+                ("name", &vmi.name),
+                ("node", node),
+            ]);
+            let _ = writeln!(out, "{name}{{{labels}}} {}", value(&vmi.memory));
         }
     }
     out
-}
-
-fn escape(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 /// Lists the Running VMIs of `node` and measures their launcher Pods.
