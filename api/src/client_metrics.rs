@@ -114,7 +114,8 @@ fn encode_series(series: &BTreeMap<RequestKey, u64>) -> String {
 }
 
 /// A layer that counts each request of the service it wraps in [`REQUESTS_TOTAL`], with `host`
-/// (the API server's `host:port`: the wrapped client's requests carry only their path).
+/// (the API server's address as the client's config names it, `10.96.0.1` in a Pod: the
+/// requests this outermost layer sees carry only their path).
 #[derive(Clone, Debug)]
 pub struct CountRequests {
     pub host: String,
