@@ -71,8 +71,10 @@ spec:
   - name: containerdisk
     containerDisk: {image: registry:5000/kubevirt/cirros-container-disk-demo:latest}
 YAML
+# virt-controller names the launcher Pod in the VMI's status.activePods once it has created it.
 pod_request_m=
-for _ in $(seq 60); do
+if kubectl_admin -n ferrovirt-density-probe wait vmi/probe --for=jsonpath='{.status.activePods}' \
+  --timeout=60s >/dev/null; then
   pod_request_m=$(kubectl_admin -n ferrovirt-density-probe get pods -l kubevirt.io=virt-launcher -o json |
     python3 -c '
 import json, sys
@@ -85,9 +87,7 @@ if pods:
     run = sum(milli(c.get("resources", {}).get("requests", {}).get("cpu", "0")) for c in spec["containers"])
     init = max([milli(c.get("resources", {}).get("requests", {}).get("cpu", "0")) for c in spec.get("initContainers", [])] or [0])
     print(max(run, init) + milli(spec.get("overhead", {}).get("cpu", "0")))')
-  [[ -n $pod_request_m ]] && break
-  sleep 1
-done
+fi
 kubectl_admin delete namespace ferrovirt-density-probe --wait=true --timeout=180s >/dev/null 2>&1
 [[ -n $pod_request_m ]] || die "the probe VMI got no launcher Pod in 60 s"
 need_m=$((VMIS * pod_request_m))
