@@ -116,21 +116,12 @@ pub type PhaseCountLabels = [(&'static str, String); 7];
 
 /// `vmi`'s series of [`PHASE_COUNT`].
 pub fn phase_count_labels(vmi: &VirtualMachineInstance) -> PhaseCountLabels {
-    let annotation = |key: &str| {
-        vmi.metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(key))
-            .cloned()
+    let annotations = vmi.metadata.annotations.as_ref();
+    // The first of `keys` the VMI has, or KubeVirt's `<none>`.
+    let annotation = |keys: &[&str]| {
+        keys.iter()
+            .find_map(|key| annotations.and_then(|a| a.get(*key)).cloned())
             .unwrap_or_else(|| "<none>".to_string())
-    };
-    let either = |namespaced: &str, cluster: &str| {
-        let a = annotation(namespaced);
-        if a == "<none>" {
-            annotation(cluster)
-        } else {
-            a
-        }
     };
     let status = vmi.status.as_ref();
     [
@@ -145,22 +136,22 @@ pub fn phase_count_labels(vmi: &VirtualMachineInstance) -> PhaseCountLabels {
                 .map(|p| p.as_str().to_lowercase())
                 .unwrap_or_default(),
         ),
-        ("os", annotation("vm.kubevirt.io/os")),
-        ("workload", annotation("vm.kubevirt.io/workload")),
-        ("flavor", annotation("vm.kubevirt.io/flavor")),
+        ("os", annotation(&["vm.kubevirt.io/os"])),
+        ("workload", annotation(&["vm.kubevirt.io/workload"])),
+        ("flavor", annotation(&["vm.kubevirt.io/flavor"])),
         (
             "instance_type",
-            either(
+            annotation(&[
                 api::instancetype::ANNOTATION_INSTANCETYPE,
                 api::instancetype::ANNOTATION_CLUSTER_INSTANCETYPE,
-            ),
+            ]),
         ),
         (
             "preference",
-            either(
+            annotation(&[
                 api::instancetype::ANNOTATION_PREFERENCE,
                 api::instancetype::ANNOTATION_CLUSTER_PREFERENCE,
-            ),
+            ]),
         ),
     ]
 }
