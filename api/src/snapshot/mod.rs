@@ -8,16 +8,23 @@
 //! name): virt-controller writes the stored VM spec into the target ([`restore::restored_vm`])
 //! once the target runs no VMI, with the restore's JSON patches for a new VM.
 //!
-//! Ferrovirt copies no volume data: it has no CSI `VolumeSnapshot` support. So every volume is
-//! listed as excluded in the snapshot's `status.snapshotVolumes`; a PVC volume (whose data
-//! KubeVirt would snapshot) makes the snapshot carry KubeVirt's `PartialSnapshot` indication, and
-//! each VM lists its volumes in `status.volumeSnapshotStatuses` as not enabled, with the reason
-//! ([`volume_snapshot_statuses`]). A restore then gives the target the same claims the VM had.
+//! Volume data: Ferrovirt has no CSI `VolumeSnapshot` support, so it copies the data itself.
+//! A persistentVolumeClaim volume (a `disk.img` on a filesystem claim, KubeVirt's layout) is
+//! backed up into the same claim, at [`backup_path`] (`.ferrovirt-snapshots/<volume snapshot
+//! name>/disk.img`), by a short-lived Pod of virt-controller's while a running VM is paused or
+//! frozen; the content lists it in `spec.volumeBackups` as KubeVirt lists its VolumeSnapshots
+//! ([`VolumeBackup`]). A restore into the same VM copies the backup over the claim's `disk.img`;
+//! a restore into a new VM copies it into a new claim, `restore-<restore uid>-<volume>`
+//! ([`restored_claim_name`]), as KubeVirt names it. Other volumes (containerDisk, emptyDisk,
+//! cloud-init, ...) are excluded as in KubeVirt; a DataVolume (which Ferrovirt does not import)
+//! makes the snapshot carry KubeVirt's `PartialSnapshot` indication, and each VM lists its
+//! volumes in `status.volumeSnapshotStatuses` with the reason for each one left out
+//! ([`volume_snapshot_statuses`]).
 
 pub mod restore;
 pub mod validation;
 
-use k8s_openapi::api::core::v1::TypedLocalObjectReference;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaimSpec, TypedLocalObjectReference};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::CustomResource;
@@ -167,11 +174,53 @@ pub struct VirtualMachineSnapshotContentSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub virtual_machine_snapshot_name: Option<String>,
     pub source: SourceSpec,
-    /// KubeVirt's volume backups (a PVC and its VolumeSnapshot each); Ferrovirt writes none.
+    /// The claims whose data the snapshot holds (KubeVirt's: a PVC and its VolumeSnapshot
+    /// each; Ferrovirt's: a PVC and the backup file [`backup_path`] in it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub volume_backups: Vec<Value>,
+    pub volume_backups: Vec<VolumeBackup>,
     #[serde(flatten)]
     pub other: Other,
+}
+
+/// `v1beta1.VolumeBackup`: a volume of the VM, its claim as it was, and the name of its data's
+/// snapshot (for Ferrovirt the directory of [`backup_path`] in that claim).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeBackup {
+    pub volume_name: String,
+    pub persistent_volume_claim: BackedUpClaim,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_snapshot_name: Option<String>,
+    #[serde(flatten)]
+    pub other: Other,
+}
+
+/// `v1beta1.PersistentVolumeClaim`: a claim's metadata and spec, as the snapshot found it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BackedUpClaim {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: PersistentVolumeClaimSpec,
+}
+
+/// Where a claim's backups are, relative to the claim's root.
+pub const BACKUP_DIR: &str = ".ferrovirt-snapshots";
+
+/// The name of a volume's data snapshot, as KubeVirt names its VolumeSnapshots:
+/// `vmsnapshot-<snapshot uid>-volume-<volume>`.
+pub fn volume_snapshot_name(snapshot_uid: &str, volume: &str) -> String {
+    format!("vmsnapshot-{snapshot_uid}-volume-{volume}")
+}
+
+/// The backup of a volume's `disk.img`, relative to its claim's root.
+pub fn backup_path(volume_snapshot_name: &str) -> String {
+    format!("{BACKUP_DIR}/{volume_snapshot_name}/disk.img")
+}
+
+/// The claim a restore into a new VM creates for a backed-up volume (KubeVirt's name).
+pub fn restored_claim_name(restore_uid: &str, volume: &str) -> String {
+    format!("restore-{restore_uid}-{volume}")
 }
 
 /// `v1beta1.SourceSpec`.
@@ -248,7 +297,8 @@ pub struct VirtualMachineRestoreSpec {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct VirtualMachineRestoreStatus {
-    /// KubeVirt's restored volumes; Ferrovirt restores none.
+    /// The volumes whose data the restore wrote (`v1beta1.VolumeRestore`: volumeName,
+    /// persistentVolumeClaim, volumeSnapshotName).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub restores: Vec<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -497,39 +547,48 @@ fn holds_data(volume: &Volume) -> bool {
     volume.persistent_volume_claim.is_some() || volume.data_volume.is_some()
 }
 
-/// A snapshot's `status.snapshotVolumes` for the VM it holds, and whether a volume KubeVirt
-/// would have snapshotted was left out (the `PartialSnapshot` indication): Ferrovirt includes
-/// none.
+/// A snapshot's `status.snapshotVolumes` for the VM it holds (its claims included, the rest
+/// excluded), and whether a volume KubeVirt would have snapshotted was left out (a DataVolume:
+/// the `PartialSnapshot` indication).
 pub fn snapshot_volumes(spec: &VirtualMachineSpec) -> (SnapshotVolumes, bool) {
-    let excluded = volumes(spec).iter().map(|v| v.name.clone()).collect();
-    let partial = volumes(spec).iter().any(holds_data);
+    let (included, excluded): (Vec<&Volume>, Vec<&Volume>) = volumes(spec)
+        .iter()
+        .partition(|v| v.persistent_volume_claim.is_some());
+    let partial = excluded.iter().any(|v| holds_data(v));
+    let names = |list: Vec<&Volume>| list.into_iter().map(|v| v.name.clone()).collect();
     (
         SnapshotVolumes {
-            included_volumes: Vec::new(),
-            excluded_volumes: excluded,
+            included_volumes: names(included),
+            excluded_volumes: names(excluded),
         },
         partial,
     )
 }
 
-/// A VM's `status.volumeSnapshotStatuses`: every volume, not enabled, with the reason.
+/// A VM's `status.volumeSnapshotStatuses`: its claims enabled, every other volume not, with
+/// the reason.
 pub fn volume_snapshot_statuses(spec: &VirtualMachineSpec) -> Vec<VolumeSnapshotStatus> {
     volumes(spec)
         .iter()
-        .map(|v| VolumeSnapshotStatus {
-            name: v.name.clone(),
-            enabled: false,
-            reason: Some(if holds_data(v) {
-                format!(
-                    "Ferrovirt does not snapshot volume data (no VolumeSnapshot support) [{}]",
+        .map(|v| {
+            let reason = if v.persistent_volume_claim.is_some() {
+                None
+            } else if holds_data(v) {
+                Some(format!(
+                    "Ferrovirt snapshots persistentVolumeClaim volumes only, not DataVolumes [{}]",
                     v.name
-                )
+                ))
             } else {
-                format!(
+                Some(format!(
                     "Snapshot is not supported for this volumeSource type [{}]",
                     v.name
-                )
-            }),
+                ))
+            };
+            VolumeSnapshotStatus {
+                name: v.name.clone(),
+                enabled: reason.is_none(),
+                reason,
+            }
         })
         .collect()
 }

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
-use super::{SnapshotVirtualMachine, VirtualMachineRestore, LAST_RESTORE_ANNOTATION};
+use super::{
+    restored_claim_name, SnapshotVirtualMachine, VirtualMachineRestore, LAST_RESTORE_ANNOTATION,
+};
 use crate::vm::VirtualMachine;
 
 /// KubeVirt's reason when the target is another VM that exists already.
@@ -54,15 +56,29 @@ pub fn restored_by(vm: &VirtualMachine, restore: &VirtualMachineRestore) -> bool
 ///   used `running`) and takes the snapshot's spec;
 /// - a new target gets the restore's name and namespace, the snapshot VM's labels and
 ///   annotations, the snapshot's spec stopped (`runStrategy: Halted`, or `running: false`), and
-///   the restore's `patches` applied;
+///   the restore's `patches` applied, and each volume in `backed_up` (a claim the snapshot
+///   holds data of) on its new claim, [`restored_claim_name`] (an existing target keeps its
+///   claims: the restore writes the data back into them);
 ///
 /// either way it carries [`LAST_RESTORE_ANNOTATION`].
 pub fn restored_vm(
     snapshot_vm: &SnapshotVirtualMachine,
     target: Option<&VirtualMachine>,
     restore: &VirtualMachineRestore,
+    backed_up: &[String],
 ) -> Result<VirtualMachine, String> {
     let mut spec = snapshot_vm.spec.clone();
+    if target.is_none() {
+        let uid = restore.metadata.uid.as_deref().unwrap_or_default();
+        for volume in spec.template.spec.iter_mut().flat_map(|s| &mut s.volumes) {
+            if !backed_up.contains(&volume.name) {
+                continue;
+            }
+            if let Some(claim) = volume.persistent_volume_claim.as_mut() {
+                claim.claim_name = restored_claim_name(uid, &volume.name);
+            }
+        }
+    }
     let mut vm = match target {
         Some(target) => {
             let mut vm = target.clone();

@@ -255,7 +255,7 @@ fn a_vm_being_snapshotted_keeps_its_volumes_and_one_being_restored_its_run_strat
 }
 
 #[test]
-fn every_volume_is_excluded_and_a_claim_makes_the_snapshot_partial() {
+fn claims_are_included_other_volumes_excluded_and_a_data_volume_makes_it_partial() {
     let plain = vm(json!({}));
     let (lists, partial) = snapshot_volumes(&plain.spec);
     assert!(lists.included_volumes.is_empty());
@@ -272,14 +272,60 @@ fn every_volume_is_excluded_and_a_claim_makes_the_snapshot_partial() {
         json!({"name": "disk0", "persistentVolumeClaim": {"claimName": "pvc"}}),
     )
     .unwrap();
-    assert!(snapshot_volumes(&with_claim.spec).1);
+    let (lists, partial) = snapshot_volumes(&with_claim.spec);
+    assert_eq!(lists.included_volumes, ["disk0"]);
+    assert_eq!(lists.excluded_volumes, ["cloudinitdisk"]);
+    assert!(!partial);
     let statuses = volume_snapshot_statuses(&with_claim.spec);
+    assert!(statuses[0].enabled);
+    assert_eq!(statuses[0].reason, None);
+    assert!(!statuses[1].enabled);
+    let mut with_data_volume = plain.clone();
+    with_data_volume
+        .spec
+        .template
+        .spec
+        .as_mut()
+        .unwrap()
+        .volumes[0] =
+        serde_json::from_value(json!({"name": "disk0", "dataVolume": {"name": "dv"}})).unwrap();
+    let (lists, partial) = snapshot_volumes(&with_data_volume.spec);
+    assert!(lists.included_volumes.is_empty());
+    assert!(partial);
+    let statuses = volume_snapshot_statuses(&with_data_volume.spec);
     assert!(!statuses[0].enabled);
     assert!(statuses[0]
         .reason
         .as_deref()
         .unwrap()
-        .contains("no VolumeSnapshot support"));
+        .contains("not DataVolumes"));
+}
+
+#[test]
+fn backups_are_named_as_kubevirt_names_volume_snapshots_and_live_in_the_claim() {
+    let name = volume_snapshot_name("0c2a", "data");
+    assert_eq!(name, "vmsnapshot-0c2a-volume-data");
+    assert_eq!(
+        backup_path(&name),
+        ".ferrovirt-snapshots/vmsnapshot-0c2a-volume-data/disk.img"
+    );
+    assert_eq!(restored_claim_name("77", "data"), "restore-77-data");
+    let backup: VolumeBackup = serde_json::from_value(json!({
+        "volumeName": "data",
+        "persistentVolumeClaim": {"metadata": {"name": "claim"},
+                                  "spec": {"accessModes": ["ReadWriteOnce"]}},
+        "volumeSnapshotName": name,
+    }))
+    .unwrap();
+    assert_eq!(
+        backup.persistent_volume_claim.metadata.name.as_deref(),
+        Some("claim")
+    );
+    let again = serde_json::to_value(&backup).unwrap();
+    assert_eq!(
+        again["persistentVolumeClaim"]["spec"]["accessModes"][0],
+        "ReadWriteOnce"
+    );
 }
 
 #[test]
@@ -328,7 +374,7 @@ fn restoring_into_the_source_keeps_its_run_strategy_and_metadata() {
         json!({"target": {"apiGroup": "kubevirt.io", "kind": "VirtualMachine", "name": "vm"},
                            "virtualMachineSnapshotName": "snap"}),
     );
-    let restored = restored_vm(&taken(&before), Some(&now), &r).unwrap();
+    let restored = restored_vm(&taken(&before), Some(&now), &r, &[]).unwrap();
     assert_eq!(restored.spec.run_strategy.as_deref(), Some("Manual"));
     assert_eq!(restored.spec.template, before.spec.template);
     assert_eq!(restored.metadata.resource_version.as_deref(), Some("7"));
@@ -341,6 +387,47 @@ fn restoring_into_the_source_keeps_its_run_strategy_and_metadata() {
 }
 
 #[test]
+fn backed_up_claims_move_to_new_claims_in_a_new_target_only() {
+    let mut source = vm(json!({}));
+    let volumes = &mut source.spec.template.spec.as_mut().unwrap().volumes;
+    volumes[0] = serde_json::from_value(
+        json!({"name": "disk0", "persistentVolumeClaim": {"claimName": "pvc"}}),
+    )
+    .unwrap();
+    volumes.push(
+        serde_json::from_value(
+            json!({"name": "other", "persistentVolumeClaim": {"claimName": "kept"}}),
+        )
+        .unwrap(),
+    );
+    let claims = |vm: &VirtualMachine| -> Vec<String> {
+        vm.spec
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .volumes
+            .iter()
+            .filter_map(|v| {
+                v.persistent_volume_claim
+                    .as_ref()
+                    .map(|c| c.claim_name.clone())
+            })
+            .collect()
+    };
+    let mut r = restore(
+        json!({"target": {"apiGroup": "kubevirt.io", "kind": "VirtualMachine", "name": "copy"},
+        "virtualMachineSnapshotName": "snap"}),
+    );
+    r.metadata.uid = Some("r-uid".into());
+    let backed_up = ["disk0".to_string()];
+    let new = restored_vm(&taken(&source), None, &r, &backed_up).unwrap();
+    assert_eq!(claims(&new), ["restore-r-uid-disk0", "kept"]);
+    let same = restored_vm(&taken(&source), Some(&source), &r, &backed_up).unwrap();
+    assert_eq!(claims(&same), ["pvc", "kept"]);
+}
+
+#[test]
 fn a_new_target_is_stopped_named_and_patched() {
     let source = vm(json!({}));
     let r = restore(
@@ -348,7 +435,7 @@ fn a_new_target_is_stopped_named_and_patched() {
         "virtualMachineSnapshotName": "snap",
         "patches": [r#"{"op": "replace", "path": "/spec/template/spec/domain/devices/interfaces/0/macAddress", "value": "DE-AD-00-00-BE-AF"}"#]}),
     );
-    let restored = restored_vm(&taken(&source), None, &r).unwrap();
+    let restored = restored_vm(&taken(&source), None, &r, &[]).unwrap();
     assert_eq!(restored.metadata.name.as_deref(), Some("copy"));
     assert_eq!(restored.metadata.namespace.as_deref(), Some("ns"));
     assert_eq!(restored.metadata.uid, None);
@@ -373,7 +460,7 @@ fn a_new_target_is_stopped_named_and_patched() {
         "virtualMachineSnapshotName": "snap",
         "patches": [r#"{"op": "remove", "path": "/spec/nothing"}"#]}),
     );
-    let error = restored_vm(&taken(&source), None, &bad).unwrap_err();
+    let error = restored_vm(&taken(&source), None, &bad, &[]).unwrap_err();
     assert!(
         error.starts_with("error patching VM copy: failed to apply patch"),
         "{error}"
