@@ -529,7 +529,7 @@ mod tests {
     }
 
     #[test]
-    fn a_claim_without_snapshot_support_holds_the_clone() {
+    fn a_claim_whose_snapshot_support_is_not_known_yet_holds_the_clone() {
         let vm: VirtualMachine = serde_json::from_value(serde_json::json!({
             "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "metadata": {"name": "vm"},
             "spec": {"template": {"spec": {"domain": {"devices": {}},
@@ -546,8 +546,12 @@ mod tests {
             volume_snapshot_statuses: api::snapshot::volume_snapshot_statuses(&vm.spec),
             ..Default::default()
         });
+        assert_eq!(volumes_not_snapshotted(&with_status), None);
+        let mut refused = with_status.clone();
+        let statuses = &mut refused.status.as_mut().unwrap().volume_snapshot_statuses;
+        statuses[0].enabled = false;
         assert_eq!(
-            volumes_not_snapshotted(&with_status).as_deref(),
+            volumes_not_snapshotted(&refused).as_deref(),
             Some("Virtual Machine volume data does not support snapshots")
         );
         let suffix = random_suffix();

@@ -320,7 +320,7 @@ pub fn render_launcher_pod(
 /// and `/dev/net/tun` handed to that user, a PVC's `disk.img` too, and DHCP's port 67 opened
 /// to users in the Pod's network namespace. The group owns the Pod's volumes (`fsGroup`).
 /// KubeVirt's `Root` feature gate runs it as root instead, as before: no Pod-level settings.
-fn pod_security(cfg: &ClusterConfig) -> Option<PodSecurityContext> {
+pub(crate) fn pod_security(cfg: &ClusterConfig) -> Option<PodSecurityContext> {
     if cfg.root_launcher {
         return None;
     }
@@ -336,7 +336,7 @@ fn pod_security(cfg: &ClusterConfig) -> Option<PodSecurityContext> {
 
 /// What the `restricted` level asks of every container: no privilege escalation and no
 /// capability but `NET_BIND_SERVICE`, the one it allows.
-fn restricted_container(bind_service: bool) -> SecurityContext {
+pub(crate) fn restricted_container(bind_service: bool) -> SecurityContext {
     SecurityContext {
         allow_privilege_escalation: Some(false),
         capabilities: Some(Capabilities {

@@ -177,9 +177,15 @@ fn controller_rbac(cfg: &InstallConfig) -> Vec<Value> {
                 {"apiGroups": ["kubevirt.io"],
                  "resources": ["virtualmachineinstancemigrations/status", "virtualmachineinstancemigrations/finalizers"],
                  "verbs": ["get", "update", "patch"]},
-                {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "list", "watch"]},
+                // Claims for restores into new VMs (the copy of a snapshot's volume data).
+                {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "list", "watch", "create"]},
                 {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete"]},
                 {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+                // A running VM is paused or frozen while its volume data is backed up.
+                {"apiGroups": ["subresources.kubevirt.io"],
+                 "resources": ["virtualmachineinstances/pause", "virtualmachineinstances/unpause",
+                               "virtualmachineinstances/freeze", "virtualmachineinstances/unfreeze"],
+                 "verbs": ["update"]},
                 {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
             ])),
         ),
@@ -482,6 +488,19 @@ mod tests {
                 |key: &str, want: &str| rule[key].as_array().unwrap().iter().any(|v| v == want);
             has("apiGroups", group) && has("resources", resource) && has("verbs", verb)
         })
+    }
+
+    #[test]
+    fn the_controller_can_copy_volume_data_for_snapshots() {
+        for action in ["pause", "unpause", "freeze", "unfreeze"] {
+            let resource = format!("virtualmachineinstances/{action}");
+            assert!(
+                controller_allows("subresources.kubevirt.io", &resource, "update"),
+                "{action}"
+            );
+        }
+        assert!(controller_allows("", "persistentvolumeclaims", "create"));
+        assert!(controller_allows("", "pods", "delete"));
     }
 
     #[test]

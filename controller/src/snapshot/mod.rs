@@ -3,9 +3,11 @@
 //! [`restore`] writes a stored VM into its target once the target runs nothing. What each
 //! writes is decided by the pure functions of [`plan`]; these modules read and apply.
 
+pub mod copier;
 pub mod plan;
 pub mod restore;
 pub mod take;
+mod volumes;
 
 use std::fmt::Debug;
 

@@ -1,12 +1,14 @@
 //! What the snapshot and restore controllers write, decided from what they read.
 
 use api::snapshot::{
-    self, SnapshotVirtualMachine, SourceSpec, VirtualMachineRestoreStatus, VirtualMachineSnapshot,
-    VirtualMachineSnapshotContent, VirtualMachineSnapshotContentSpec,
-    VirtualMachineSnapshotContentStatus, VirtualMachineSnapshotStatus, CONTENT_FINALIZER, FAILED,
-    FAILURE, IN_PROGRESS, PROGRESSING, READY, SUCCEEDED,
+    self, BackedUpClaim, SnapshotError, SnapshotVirtualMachine, SourceSpec,
+    VirtualMachineRestoreStatus, VirtualMachineSnapshot, VirtualMachineSnapshotContent,
+    VirtualMachineSnapshotContentSpec, VirtualMachineSnapshotContentStatus,
+    VirtualMachineSnapshotStatus, VolumeBackup, CONTENT_FINALIZER, FAILED, FAILURE, IN_PROGRESS,
+    PROGRESSING, READY, SUCCEEDED,
 };
 use api::VirtualMachine;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 
@@ -96,10 +98,11 @@ pub fn can_unlock(
 }
 
 /// The content of a snapshot: the VM's metadata (without managed fields) and spec, an empty
-/// status, and no volume backups (Ferrovirt copies no volume data).
+/// status, and the backups of its claims' data ([`volume_backups`]).
 pub fn content_for(
     snapshot: &VirtualMachineSnapshot,
     vm: &VirtualMachine,
+    volume_backups: Vec<VolumeBackup>,
 ) -> VirtualMachineSnapshotContent {
     let mut metadata = vm.metadata.clone();
     metadata.managed_fields = None;
@@ -119,14 +122,71 @@ pub fn content_for(
                     status: Default::default(),
                 }),
             },
-            volume_backups: Vec::new(),
+            volume_backups,
             other: Default::default(),
         },
         status: None,
     }
 }
 
-/// A content with nothing to wait for (no volume snapshots) is created and ready at once.
+/// The backup of each of the VM's claims (its persistentVolumeClaim volumes), given the claims
+/// as they are now; `Err` names a claim that does not exist.
+pub fn volume_backups(
+    snapshot: &VirtualMachineSnapshot,
+    vm: &VirtualMachine,
+    claims: &[PersistentVolumeClaim],
+) -> Result<Vec<VolumeBackup>, String> {
+    let uid = snapshot.metadata.uid.as_deref().unwrap_or_default();
+    let volumes = vm.spec.template.spec.iter().flat_map(|s| &s.volumes);
+    let mut backups = Vec::new();
+    for volume in volumes {
+        let Some(source) = &volume.persistent_volume_claim else {
+            continue;
+        };
+        let claim = claims
+            .iter()
+            .find(|c| c.metadata.name.as_deref() == Some(source.claim_name.as_str()))
+            .ok_or_else(|| {
+                format!(
+                    "PersistentVolumeClaim {:?} of volume {:?} does not exist",
+                    source.claim_name, volume.name
+                )
+            })?;
+        let metadata = ObjectMeta {
+            name: claim.metadata.name.clone(),
+            namespace: claim.metadata.namespace.clone(),
+            labels: claim.metadata.labels.clone(),
+            annotations: claim.metadata.annotations.clone(),
+            ..ObjectMeta::default()
+        };
+        backups.push(VolumeBackup {
+            volume_name: volume.name.clone(),
+            persistent_volume_claim: BackedUpClaim {
+                metadata,
+                spec: claim.spec.clone().unwrap_or_default(),
+            },
+            volume_snapshot_name: Some(snapshot::volume_snapshot_name(uid, &volume.name)),
+            other: Default::default(),
+        });
+    }
+    Ok(backups)
+}
+
+/// The name of a volume backup's snapshot, and the claim it is in.
+pub fn backup_location(backup: &VolumeBackup) -> (String, String) {
+    (
+        backup.volume_snapshot_name.clone().unwrap_or_default(),
+        backup
+            .persistent_volume_claim
+            .metadata
+            .name
+            .clone()
+            .unwrap_or_default(),
+    )
+}
+
+/// A content whose volume data is copied (none to copy, or its copy Pod succeeded) is created
+/// and ready, with each backup ready in `volumeSnapshotStatus`.
 pub fn content_status(
     content: &VirtualMachineSnapshotContent,
     now: Timestamp,
@@ -137,6 +197,31 @@ pub fn content_status(
     }
     status.ready_to_use = Some(true);
     status.error = None;
+    status.volume_snapshot_status = content
+        .spec
+        .volume_backups
+        .iter()
+        .map(|b| {
+            serde_json::json!({"volumeSnapshotName": backup_location(b).0,
+                               "creationTime": status.creation_time, "readyToUse": true})
+        })
+        .collect();
+    status
+}
+
+/// A content whose copy Pod failed: not ready, with what the Pod said (KubeVirt shows a
+/// VolumeSnapshot's error the same way; the snapshot fails at its deadline).
+pub fn content_error(
+    content: &VirtualMachineSnapshotContent,
+    message: &str,
+    now: Timestamp,
+) -> VirtualMachineSnapshotContentStatus {
+    let mut status = content.status.clone().unwrap_or_default();
+    status.ready_to_use = Some(false);
+    status.error = Some(SnapshotError {
+        time: Some(Time(now)),
+        message: Some(message.to_string()),
+    });
     status
 }
 

@@ -96,9 +96,9 @@ fn a_new_snapshot_of_a_running_vm_waits_for_the_lock_with_its_indications() {
 }
 
 #[test]
-fn a_ready_content_makes_the_snapshot_succeed_with_every_volume_excluded() {
+fn a_ready_content_makes_the_snapshot_succeed_with_its_claim_included() {
     let snap = snapshot(json!({}));
-    let mut content = content_for(&snap, &vm());
+    let mut content = content_for(&snap, &vm(), Vec::new());
     assert_eq!(
         content.metadata.name.as_deref(),
         Some("vmsnapshot-content-snap-uid")
@@ -140,8 +140,9 @@ fn a_ready_content_makes_the_snapshot_succeed_with_every_volume_excluded() {
     );
     assert_eq!(condition(&status, "Ready"), ("True".into(), "Ready".into()));
     let lists = status.snapshot_volumes.as_ref().unwrap();
-    assert_eq!(lists.excluded_volumes, ["disk0"]);
-    assert_eq!(status.indications, ["PartialSnapshot"]);
+    assert_eq!(lists.included_volumes, ["disk0"]);
+    assert!(lists.excluded_volumes.is_empty());
+    assert!(status.indications.is_empty());
     let done = snapshot(json!({"status": status}));
     assert!(!progressing(&done));
     assert!(can_unlock(&done, Some(&content), at(22)));
@@ -167,7 +168,7 @@ fn the_deadline_fails_a_snapshot_that_is_not_done() {
 #[test]
 fn a_deleted_snapshot_takes_its_content_unless_retained() {
     let snap = snapshot(json!({"metadata": {"deletionTimestamp": "1970-01-01T00:00:05Z"}}));
-    let mut content = content_for(&snap, &vm());
+    let mut content = content_for(&snap, &vm(), Vec::new());
     assert!(
         delete_content(&snap, &content),
         "an unready content always goes"
@@ -222,4 +223,66 @@ fn restore_conditions_come_in_kubevirts_order_and_a_failure_ends_it() {
         ..status
     };
     assert!(!restore_progressing(&done));
+}
+
+#[test]
+fn each_claim_is_backed_up_from_the_claim_as_it_is_and_a_missing_one_is_named() {
+    let snap = snapshot(json!({}));
+    let missing = volume_backups(&snap, &vm(), &[]).unwrap_err();
+    assert_eq!(
+        missing,
+        "PersistentVolumeClaim \"pvc\" of volume \"disk0\" does not exist"
+    );
+    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "pvc", "namespace": "ns", "uid": "claim-uid",
+                     "labels": {"app": "a"}, "resourceVersion": "9"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": "pv1",
+                 "resources": {"requests": {"storage": "1Gi"}}},
+    }))
+    .unwrap();
+    let other: PersistentVolumeClaim =
+        serde_json::from_value(json!({"metadata": {"name": "other"}})).unwrap();
+    let backups = volume_backups(&snap, &vm(), &[other, claim]).unwrap();
+    assert_eq!(backups.len(), 1);
+    let backup = &backups[0];
+    assert_eq!(backup.volume_name, "disk0");
+    assert_eq!(
+        backup.volume_snapshot_name.as_deref(),
+        Some("vmsnapshot-snap-uid-volume-disk0")
+    );
+    let kept = &backup.persistent_volume_claim;
+    assert_eq!(kept.metadata.name.as_deref(), Some("pvc"));
+    assert_eq!(kept.metadata.uid, None, "only what a new claim could reuse");
+    assert_eq!(kept.metadata.labels.as_ref().unwrap()["app"], "a");
+    assert_eq!(kept.spec.volume_name.as_deref(), Some("pv1"));
+    assert_eq!(
+        backup_location(backup),
+        ("vmsnapshot-snap-uid-volume-disk0".into(), "pvc".into())
+    );
+
+    let content = content_for(&snap, &vm(), backups);
+    let ready = content_status(&content, at(5));
+    assert_eq!(ready.ready_to_use, Some(true));
+    assert_eq!(
+        ready.volume_snapshot_status,
+        [
+            json!({"volumeSnapshotName": "vmsnapshot-snap-uid-volume-disk0",
+                "creationTime": Time(at(5)), "readyToUse": true})
+        ]
+    );
+    let failed = content_error(&content, "cp: No space left on device", at(6));
+    assert_eq!(failed.ready_to_use, Some(false));
+    assert_eq!(failed.creation_time, None);
+    let mut errored = content.clone();
+    errored.status = Some(failed);
+    let status = snapshot_status(&snap, Some(&source(true, true)), Some(&errored), at(7));
+    assert_eq!(status.phase.as_deref(), Some("InProgress"));
+    assert_eq!(
+        status.error.clone().and_then(|e| e.message).as_deref(),
+        Some("cp: No space left on device")
+    );
+    assert_eq!(
+        condition(&status, "Progressing"),
+        ("False".into(), "In error state".into())
+    );
 }

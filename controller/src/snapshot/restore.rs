@@ -3,24 +3,29 @@
 //! snapshot, marks the target `status.restoreInProgress`, writes the stored VM into it (a new VM
 //! when the target does not exist) and completes.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use api::snapshot::restore::{self as rules, restored_by, restored_vm};
 use api::snapshot::{
-    VirtualMachineRestore, VirtualMachineRestoreStatus, VirtualMachineSnapshot,
-    VirtualMachineSnapshotContent, FAILED, FAILURE, RESTORE_FINALIZER,
+    backup_path, restored_claim_name, VirtualMachineRestore, VirtualMachineRestoreStatus,
+    VirtualMachineSnapshot, VirtualMachineSnapshotContent, VolumeBackup, FAILED, FAILURE,
+    RESTORE_FINALIZER,
 };
 use api::{VirtualMachine, VirtualMachineInstance};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
-use super::plan::{restore_progressing, restore_status};
+use super::copier::{self, ClaimPath, Job, Op, Progress};
+use super::plan::{backup_location, restore_progressing, restore_status};
 use super::{error_text, set_finalizer};
+use crate::config::ClusterConfig;
 use crate::context::Context;
 use crate::Error;
 
@@ -34,6 +39,8 @@ struct Apis {
     vmis: Api<VirtualMachineInstance>,
     snapshots: Api<VirtualMachineSnapshot>,
     contents: Api<VirtualMachineSnapshotContent>,
+    claims: Api<PersistentVolumeClaim>,
+    pods: Api<Pod>,
 }
 
 pub async fn reconcile(
@@ -47,7 +54,9 @@ pub async fn reconcile(
         vms: Api::namespaced(client.clone(), &namespace),
         vmis: Api::namespaced(client.clone(), &namespace),
         snapshots: Api::namespaced(client.clone(), &namespace),
-        contents: Api::namespaced(client, &namespace),
+        contents: Api::namespaced(client.clone(), &namespace),
+        claims: Api::namespaced(client.clone(), &namespace),
+        pods: Api::namespaced(client, &namespace),
     };
     let now = Timestamp::now();
     let name = restore.name_any();
@@ -120,7 +129,7 @@ pub async fn reconcile(
         }
     }
 
-    match restore_pass(&apis, &current, target.as_ref()).await {
+    match restore_pass(&apis, &ctx.config(), &current, target.as_ref()).await {
         Ok(Pass::Updated) => {
             let mut updating = restore_status(&status, true, false, "Updating target spec", now);
             api::snapshot::set_condition(
@@ -147,6 +156,23 @@ pub async fn reconcile(
             write_status(&apis, &current, done).await?;
             Ok(Action::await_change())
         }
+        Ok(Pass::Copying) => {
+            let copying = restore_status(&status, true, false, "Restoring volume data", now);
+            if copying != status {
+                write_status(&apis, &current, copying).await?;
+            }
+            Ok(Action::requeue(RETRY))
+        }
+        Ok(Pass::DataRestored(restores)) => {
+            let mut restored = restore_status(&status, true, false, "Volume data restored", now);
+            restored.restores = restores;
+            write_status(&apis, &current, restored).await?;
+            Ok(Action::requeue(Duration::ZERO))
+        }
+        Ok(Pass::Failed(message)) => {
+            update_error(&apis, &ctx, &current, &status, &message, true, now).await?;
+            Ok(Action::await_change())
+        }
         Err(message) => {
             update_error(&apis, &ctx, &current, &status, &message, false, now).await?;
             Ok(Action::requeue(RETRY))
@@ -160,11 +186,18 @@ enum Pass {
     Updated,
     /// The target holds the snapshot's VM.
     Done,
+    /// The backups' data is being copied into the target's claims.
+    Copying,
+    /// The backups' data is in the target's claims: these are KubeVirt's `status.restores`.
+    DataRestored(Vec<serde_json::Value>),
+    /// The copy failed (what it said): the restore fails.
+    Failed(String),
 }
 
 /// The snapshot checks and the target's update; an error is the message both conditions carry.
 async fn restore_pass(
     apis: &Apis,
+    cfg: &ClusterConfig,
     restore: &VirtualMachineRestore,
     target: Option<&VirtualMachine>,
 ) -> Result<Pass, String> {
@@ -242,7 +275,16 @@ async fn restore_pass(
         .virtual_machine
         .as_ref()
         .ok_or_else(|| "unexpected snapshot source".to_string())?;
-    let vm = restored_vm(stored, target, restore)?;
+    let backups = &content.spec.volume_backups;
+    let restored_data = restore
+        .status
+        .as_ref()
+        .is_some_and(|s| !s.restores.is_empty());
+    if !backups.is_empty() && !restored_data {
+        return restore_data(apis, cfg, restore, target.is_some(), backups).await;
+    }
+    let backed_up: Vec<String> = backups.iter().map(|b| b.volume_name.clone()).collect();
+    let vm = restored_vm(stored, target, restore, &backed_up)?;
     let written = match target {
         Some(_) => {
             apis.vms
@@ -258,6 +300,106 @@ async fn restore_pass(
         written.name_any()
     );
     Ok(Pass::Updated)
+}
+
+/// One step of writing the backups' data: over the claims of the same VM (`in_place`), or into
+/// new claims for a new VM, created here from the backed-up claims' specs. `Copying` while its
+/// Pod runs; `DataRestored` with KubeVirt's `status.restores` once done.
+async fn restore_data(
+    apis: &Apis,
+    cfg: &ClusterConfig,
+    restore: &VirtualMachineRestore,
+    in_place: bool,
+    backups: &[VolumeBackup],
+) -> Result<Pass, String> {
+    let uid = restore.metadata.uid.clone().unwrap_or_default();
+    let mut ops = Vec::new();
+    let mut restores = Vec::new();
+    for backup in backups {
+        let (name, claim) = backup_location(backup);
+        let exists = apis
+            .claims
+            .get_opt(&claim)
+            .await
+            .map_err(|e| error_text(&e))?
+            .is_some();
+        if !exists {
+            return Err(format!(
+                "the backup of volume {:?} is in PersistentVolumeClaim {claim:?}, which does not exist",
+                backup.volume_name
+            ));
+        }
+        let from = ClaimPath::new(&claim, &backup_path(&name));
+        let target_claim = if in_place {
+            ops.push(Op::Overwrite {
+                from,
+                to: ClaimPath::new(&claim, "disk.img"),
+            });
+            claim
+        } else {
+            let new = restored_claim_name(&uid, &backup.volume_name);
+            create_claim(apis, restore, backup, &new).await?;
+            ops.push(Op::Copy {
+                from,
+                to: ClaimPath::new(&new, "disk.img"),
+            });
+            new
+        };
+        restores.push(json!({"volumeName": backup.volume_name,
+                             "persistentVolumeClaim": target_claim,
+                             "volumeSnapshotName": name}));
+    }
+    let job = Job {
+        name: format!("vmrestore-{uid}"),
+        namespace: restore.namespace().unwrap_or_default(),
+        purpose: "restore",
+        node: None,
+        ops,
+        owner: restore
+            .controller_owner_ref(&())
+            .ok_or("the restore has no uid")?,
+    };
+    match copier::step(&apis.pods, &job, cfg)
+        .await
+        .map_err(|e| error_text(&e))?
+    {
+        Progress::Running => Ok(Pass::Copying),
+        Progress::Done => Ok(Pass::DataRestored(restores)),
+        Progress::Failed(message) => Ok(Pass::Failed(message)),
+    }
+}
+
+/// The claim a new VM gets for a backed-up volume: the backed-up claim's spec, less what
+/// bound it to its volume (the cluster provisions or binds another).
+async fn create_claim(
+    apis: &Apis,
+    restore: &VirtualMachineRestore,
+    backup: &VolumeBackup,
+    name: &str,
+) -> Result<(), String> {
+    let mut spec = backup.persistent_volume_claim.spec.clone();
+    spec.volume_name = None;
+    spec.data_source = None;
+    spec.data_source_ref = None;
+    let claim = PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: restore.namespace(),
+            labels: backup.persistent_volume_claim.metadata.labels.clone(),
+            annotations: Some(BTreeMap::from([(
+                "restore.kubevirt.io/name".to_string(),
+                restore.name_any(),
+            )])),
+            ..ObjectMeta::default()
+        },
+        spec: Some(spec),
+        status: None,
+    };
+    match apis.claims.create(&PostParams::default(), &claim).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(error_text(&e)),
+    }
 }
 
 /// Clears the target's `status.restoreInProgress` when it names this restore.

@@ -8,15 +8,18 @@ use api::snapshot::{
     VirtualMachineSnapshot, VirtualMachineSnapshotContent, SNAPSHOT_FINALIZER, SOURCE_FINALIZER,
 };
 use api::{VirtualMachine, VirtualMachineInstance};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
+use super::copier;
 use super::plan::{self, Source};
 use super::set_finalizer;
+use super::volumes::Volumes;
 use crate::context::Context;
 use crate::Error;
 
@@ -78,7 +81,21 @@ pub async fn reconcile(
                 *found = lock(&vms, found, &name).await?;
                 source.locked = true;
             } else if source.locked && content.is_none() {
-                let new = plan::content_for(&snapshot, found);
+                let claims: Api<PersistentVolumeClaim> =
+                    Api::namespaced(client.clone(), &namespace);
+                let backups = match plan::volume_backups(
+                    &snapshot,
+                    found,
+                    &claims.list(&ListParams::default()).await?.items,
+                ) {
+                    Ok(backups) => backups,
+                    Err(message) => {
+                        ctx.event(snapshot.as_ref(), true, "VolumeBackupFailed", message)
+                            .await;
+                        return Ok(Action::requeue(Duration::from_secs(5)));
+                    }
+                };
+                let new = plan::content_for(&snapshot, found, backups);
                 match contents.create(&PostParams::default(), &new).await {
                     Ok(created) => {
                         ctx.event(
@@ -104,10 +121,19 @@ pub async fn reconcile(
         }
     }
 
-    // The content: ready once created (it waits for no volume snapshot); released when its
-    // snapshot goes, and deleted with it unless retained.
+    // The content: ready once its claims' data is copied (at once when it has none); released
+    // when its snapshot goes, and deleted with it (and its backups) unless retained.
     if let Some(found) = &content {
+        let volumes = Volumes {
+            ctx: &ctx,
+            pods: Api::namespaced(client.clone(), &namespace),
+            content: found,
+        };
         if terminating {
+            volumes.release(source.as_ref()).await;
+            if plan::delete_content(&snapshot, found) && !volumes.remove_backups().await? {
+                return Ok(Action::requeue(RETRY));
+            }
             set_finalizer(&contents, found, api::snapshot::CONTENT_FINALIZER, false).await?;
             if plan::delete_content(&snapshot, found) {
                 match contents
@@ -123,16 +149,40 @@ pub async fn reconcile(
         } else if found
             .status
             .as_ref()
-            .and_then(|s| s.creation_time.as_ref())
-            .is_none()
+            .is_none_or(|s| s.creation_time.is_none() && s.error.is_none())
         {
-            let mut updated = found.clone();
-            updated.status = Some(plan::content_status(found, now));
-            content = Some(
-                contents
-                    .replace_status(&content_name, &PostParams::default(), &updated)
-                    .await?,
-            );
+            let vmi = match &vm {
+                Some(vm) => vmis.get_opt(&vm.name_any()).await?,
+                None => None,
+            };
+            let status = match volumes.back_up(vmi.as_ref(), source.as_ref()).await? {
+                copier::Progress::Running => None,
+                copier::Progress::Done => Some(plan::content_status(found, now)),
+                copier::Progress::Failed(message) => {
+                    ctx.event(
+                        snapshot.as_ref(),
+                        true,
+                        "VolumeBackupFailed",
+                        message.clone(),
+                    )
+                    .await;
+                    Some(plan::content_error(found, &message, now))
+                }
+            };
+            if let Some(status) = status {
+                volumes.release(source.as_ref()).await;
+                // A merge: the release may have changed the content's annotations.
+                let patch = json!({"status": status});
+                content = Some(
+                    contents
+                        .patch_status(
+                            &content_name,
+                            &PatchParams::default(),
+                            &Patch::Merge(&patch),
+                        )
+                        .await?,
+                );
+            }
         }
     }
 

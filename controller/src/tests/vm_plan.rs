@@ -395,3 +395,37 @@ fn the_vmi_gets_the_vms_legacy_firmware_uuid_unless_the_template_has_one() {
         .firmware
         .is_none());
 }
+
+#[test]
+fn a_vm_locked_by_a_snapshot_or_restore_waits_to_start_and_keeps_its_start_request() {
+    for lock in ["snapshotInProgress", "restoreInProgress"] {
+        let mut locked = vm("Halted");
+        locked.status = serde_json::from_value(json!({
+            lock: "held",
+            "stateChangeRequests": [{"action": "Start"}],
+        }))
+        .unwrap();
+        let held = plan(&locked, None, now());
+        assert_eq!(held.action, VmiAction::Nothing, "{lock}");
+        assert_eq!(held.status.state_change_requests.len(), 1, "{lock}");
+        let mut always = vm("Always");
+        always.status = serde_json::from_value(json!({lock: "held"})).unwrap();
+        assert_eq!(
+            plan(&always, None, now()).action,
+            VmiAction::Nothing,
+            "{lock}"
+        );
+        // A running VM is not stopped by the lock.
+        let running = vmi(Some(VmiPhase::Running), "vmi-uid");
+        assert_eq!(
+            plan(&always, Some(&running), now()).action,
+            VmiAction::Nothing
+        );
+        always.status = None;
+        assert_eq!(
+            plan(&always, None, now()).action,
+            VmiAction::Create,
+            "{lock}"
+        );
+    }
+}

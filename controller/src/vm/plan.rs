@@ -188,6 +188,14 @@ pub fn plan(vm: &VirtualMachine, vmi: Option<&VirtualMachineInstance>, now: Time
             (Some(_), Some(_), _) => VmiAction::Nothing,
         }
     };
+    // A VM locked by a snapshot or restore does not start: their Pods may be copying its
+    // claims' data. The start waits (a Start request stays queued) until the lock goes.
+    let locked = old.snapshot_in_progress.is_some() || old.restore_in_progress.is_some();
+    let action = if action == VmiAction::Create && locked {
+        VmiAction::Nothing
+    } else {
+        action
+    };
     // A Create while a request is first means the request is being served.
     let mut start_paused = false;
     if action == VmiAction::Create && requests.first().is_some_and(|r| r.action == "Start") {
