@@ -6,6 +6,7 @@
 //! changing cluster-wide objects hold (`cluster_lock`).
 #![forbid(unsafe_code)]
 
+pub mod claims;
 pub mod cluster_lock;
 pub mod console;
 pub mod counter;

@@ -11,56 +11,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use api::{VirtualMachineInstance, VmiPhase};
+use ferrovirt_tests::claims::{bound_claim, delete_volume, HostDir};
 use ferrovirt_tests::{client, tiny_vmi_spec, wait_for, wait_running, TestNamespace};
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use kube::api::{DeleteParams, PostParams};
-use kube::{Api, Client};
+use kube::api::PostParams;
+use kube::Api;
 
 /// What the guest writes at the start of the PVC disk.
 const MARK: &str = "FERROVIRT-NON-ROOT-PVC-WRITE";
 const DISK_BYTES: u64 = 4 << 20;
-
-/// A hostPath PersistentVolume `name` on `dir`, bound ahead to claim `name` in `namespace`,
-/// and the claim. The volume is deleted by [`delete_volume`] (it is not namespaced).
-async fn bound_claim(client: &Client, namespace: &str, name: &str, dir: &Path) {
-    let volumes: Api<PersistentVolume> = Api::all(client.clone());
-    let volume = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": name},
-        "spec": {
-            "capacity": {"storage": "64Mi"},
-            "accessModes": ["ReadWriteOnce"],
-            "persistentVolumeReclaimPolicy": "Retain",
-            "storageClassName": "",
-            "hostPath": {"path": dir, "type": "Directory"},
-            "claimRef": {"namespace": namespace, "name": name}
-        }
-    }))
-    .expect("a PersistentVolume");
-    volumes
-        .create(&PostParams::default(), &volume)
-        .await
-        .unwrap_or_else(|e| panic!("creating PersistentVolume {name}: {e}"));
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
-    let claim = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": name},
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": "",
-            "volumeName": name,
-            "resources": {"requests": {"storage": "64Mi"}}
-        }
-    }))
-    .expect("a PersistentVolumeClaim");
-    claims
-        .create(&PostParams::default(), &claim)
-        .await
-        .unwrap_or_else(|e| panic!("creating PersistentVolumeClaim {name}: {e}"));
-}
-
-async fn delete_volume(client: &Client, name: &str) {
-    let volumes: Api<PersistentVolume> = Api::all(client.clone());
-    let _ = volumes.delete(name, &DeleteParams::default()).await;
-}
 
 /// The tiny guest with volume `data` (claim `claim`) as its third disk (`/dev/vdc`), writing
 /// [`MARK`] at its start.
@@ -88,15 +46,6 @@ fn owner(path: &Path) -> (u32, u32) {
     let meta =
         std::fs::symlink_metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     (meta.uid(), meta.gid())
-}
-
-/// Removes the test's host directory when dropped.
-struct HostDir(PathBuf);
-
-impl Drop for HostDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 #[tokio::test]
