@@ -19,7 +19,7 @@ use serde_json::json;
 use super::copier;
 use super::plan::{self, Source};
 use super::set_finalizer;
-use super::volumes::Volumes;
+use super::volumes::{self, Volumes};
 use crate::context::Context;
 use crate::Error;
 
@@ -186,6 +186,13 @@ pub async fn reconcile(
         }
     }
 
+    // A VM paused for the copy of its volumes is not a VM its user paused (KubeVirt's `Paused`
+    // indication).
+    if let (Some(source), Some(content)) = (&mut source, &content) {
+        if volumes::paused_for_backup(content) {
+            source.paused = false;
+        }
+    }
     let status = plan::snapshot_status(&snapshot, source.as_ref(), content.as_ref(), now);
     let mut current = (*snapshot).clone();
     if snapshot.status.as_ref() != Some(&status) {

@@ -6,7 +6,7 @@
 use api::snapshot::{backup_path, VirtualMachineSnapshotContent};
 use api::VirtualMachineInstance;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
-use kube::api::{Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
@@ -21,6 +21,14 @@ pub const QUIESCED_ANNOTATION: &str = "snapshot.ferrovirt.io/quiesced";
 
 /// How long the guest agent keeps filesystems frozen if virt-controller does not thaw them.
 const UNFREEZE_TIMEOUT: &str = "5m0s";
+
+/// Whether the content's VM is paused for the copy of its volumes.
+pub fn paused_for_backup(content: &VirtualMachineSnapshotContent) -> bool {
+    content
+        .annotations()
+        .get(QUIESCED_ANNOTATION)
+        .is_some_and(|a| a == "pause")
+}
 
 pub struct Volumes<'a> {
     pub ctx: &'a Context,
@@ -215,6 +223,13 @@ impl Volumes<'_> {
         }
         if ops.is_empty() {
             return Ok(true);
+        }
+        // A backup still being copied stops first: it would write after the removal.
+        let copying = self.job("backup", None, Vec::new()).name;
+        match self.pods.delete(&copying, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
         }
         match copier::step(
             &self.pods,
