@@ -204,24 +204,34 @@ impl TestNamespace {
 impl Drop for TestNamespace {
     fn drop(&mut self) {
         let name = self.name.clone();
-        // Drop runs inside the test's runtime, which this thread blocks: delete from a thread
-        // with its own runtime and its own client (the test's client needs the test's runtime).
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build();
-            if let Ok(runtime) = runtime {
-                runtime.block_on(async {
-                    if let Ok(client) = admin_client().await {
-                        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> =
-                            Api::all(client);
-                        let _ = namespaces.delete(&name, &DeleteParams::default()).await;
-                    }
-                });
-            }
-        })
-        .join();
+        clean_up(move |client| async move {
+            let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client);
+            let _ = namespaces.delete(&name, &DeleteParams::default()).await;
+        });
     }
+}
+
+/// Runs a clean-up from a `Drop`: that runs inside the test's runtime, which this thread
+/// blocks, so the clean-up runs on a thread with its own runtime and its own admin client (the
+/// test's client needs the test's runtime). Best effort: a failure is ignored.
+pub(crate) fn clean_up<F, Fut>(work: F)
+where
+    F: FnOnce(Client) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    let _ = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build();
+        if let Ok(runtime) = runtime {
+            runtime.block_on(async {
+                if let Ok(client) = admin_client().await {
+                    work(client).await;
+                }
+            });
+        }
+    })
+    .join();
 }
 
 /// Polls `check` until it returns `Some`, or panics after `timeout` with `what`.

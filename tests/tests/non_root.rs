@@ -7,11 +7,11 @@
 //! the nodes share the host's filesystem, so the test prepares and reads them here.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use api::{VirtualMachineInstance, VmiPhase};
-use ferrovirt_tests::claims::{bound_claim, delete_volume, HostDir};
+use ferrovirt_tests::claims::HostVolumes;
 use ferrovirt_tests::{client, tiny_vmi_spec, wait_for, wait_running, TestNamespace};
 use kube::api::PostParams;
 use kube::Api;
@@ -53,8 +53,8 @@ async fn a_non_root_launcher_writes_a_pvc_disk_prepared_by_root_and_refuses_a_sy
     let client = client().await;
     let namespace = TestNamespace::create(&client, "e2e-nonroot").await;
     let ns = namespace.name.as_str();
-    let host = HostDir(PathBuf::from(format!("/var/tmp/ferrovirt-e2e-{ns}")));
-    let (plain, linked) = (host.0.join("plain"), host.0.join("linked"));
+    let mut host = HostVolumes::new(ns);
+    let (plain, linked) = (host.dir.join("plain"), host.dir.join("linked"));
     for dir in [&plain, &linked] {
         std::fs::create_dir_all(dir).expect("the volumes' host directories");
     }
@@ -65,13 +65,13 @@ async fn a_non_root_launcher_writes_a_pvc_disk_prepared_by_root_and_refuses_a_sy
         .expect("the PVC's disk.img");
     assert_eq!(owner(&disk), (0, 0));
     // And one that is a symlink to a file of root's outside the volume.
-    let outside = host.0.join("outside");
+    let outside = host.dir.join("outside");
     std::fs::write(&outside, b"not a disk").expect("a file outside the volume");
     std::os::unix::fs::symlink(&outside, linked.join("disk.img")).expect("the symlink");
 
     let (plain_pv, linked_pv) = (format!("{ns}-plain"), format!("{ns}-linked"));
-    bound_claim(&client, ns, &plain_pv, &plain).await;
-    bound_claim(&client, ns, &linked_pv, &linked).await;
+    host.bound_claim(&client, ns, &plain_pv, &plain).await;
+    host.bound_claim(&client, ns, &linked_pv, &linked).await;
     let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), ns);
     for (name, claim) in [("vmi-plain", &plain_pv), ("vmi-linked", &linked_pv)] {
         vmis.create(&PostParams::default(), &vmi_with_claim(name, claim))
@@ -121,7 +121,5 @@ async fn a_non_root_launcher_writes_a_pvc_disk_prepared_by_root_and_refuses_a_sy
     println!("non-root: PVC disk handed to {id} and written; symlinked disk refused: {failed}");
 
     drop(namespace);
-    for name in [plain_pv, linked_pv] {
-        delete_volume(&client, &name).await;
-    }
+    drop(host);
 }

@@ -10,7 +10,7 @@
 //! nodes share this host's filesystem, so the test reads the disks here.
 
 use std::os::unix::fs::chown;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use api::clone::VirtualMachineClone;
@@ -18,7 +18,7 @@ use api::snapshot::{
     backup_path, VirtualMachineRestore, VirtualMachineSnapshot, VirtualMachineSnapshotContent,
 };
 use api::{VirtualMachine, VirtualMachineInstance};
-use ferrovirt_tests::claims::{bound_claim, delete_volume, host_volume, HostDir};
+use ferrovirt_tests::claims::HostVolumes;
 use ferrovirt_tests::{
     client, set_run_strategy, tiny_vmi_spec, wait_for, wait_running, ClusterLock, TestNamespace,
 };
@@ -85,8 +85,8 @@ async fn a_written_claim_is_snapshotted_running_restored_in_place_and_cloned_int
     let client = client().await;
     let namespace = TestNamespace::create(&client, "e2e-snapdata").await;
     let ns = namespace.name.as_str();
-    let host = HostDir(PathBuf::from(format!("/var/tmp/ferrovirt-e2e-{ns}")));
-    let (data, spare) = (host.0.join("data"), host.0.join("spare"));
+    let mut host = HostVolumes::new(ns);
+    let (data, spare) = (host.dir.join("data"), host.dir.join("spare"));
     let id = contract::layout::LAUNCHER_USER_ID;
     for dir in [&data, &spare] {
         std::fs::create_dir_all(dir).expect("the volumes' host directories");
@@ -98,8 +98,8 @@ async fn a_written_claim_is_snapshotted_running_restored_in_place_and_cloned_int
         .and_then(|f| f.set_len(DISK_BYTES))
         .expect("the claim's disk.img");
     let (data_pv, spare_pv) = (format!("{ns}-data"), format!("{ns}-spare"));
-    bound_claim(&client, ns, &data_pv, &data).await;
-    host_volume(&client, &spare_pv, &spare, None).await;
+    host.bound_claim(&client, ns, &data_pv, &data).await;
+    host.volume(&client, &spare_pv, &spare, None).await;
 
     let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), ns);
     let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), ns);
@@ -300,7 +300,5 @@ async fn a_written_claim_is_snapshotted_running_restored_in_place_and_cloned_int
     assert!(disk.exists(), "the claim's disk went with the backup");
 
     drop(namespace);
-    for name in [data_pv, spare_pv] {
-        delete_volume(&client, &name).await;
-    }
+    drop(host);
 }
