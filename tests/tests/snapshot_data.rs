@@ -4,7 +4,8 @@
 //! `.ferrovirt-snapshots/`); the guest then writes something else; a restore into the stopped
 //! VM puts the first data back on the same claim; a clone copies the data into a new claim
 //! (bound here to a spare PersistentVolume) and boots; deleting the snapshot removes its
-//! backup from the claim.
+//! backup from the claim. A backup that does not fit its claim (a tmpfs) fails with the copy's
+//! reason, and loses nothing: the VM runs on unpaused, its disk unchanged, no partial copy left.
 //!
 //! The claims are on hostPath PersistentVolumes (the local cluster has no provisioner): the
 //! nodes share this host's filesystem, so the test reads the disks here.
@@ -301,4 +302,148 @@ async fn a_written_claim_is_snapshotted_running_restored_in_place_and_cloned_int
 
     drop(namespace);
     drop(host);
+}
+
+/// A tmpfs of this host, unmounted when dropped.
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(dir).expect("the tmpfs's directory");
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .expect("running mount (util-linux)");
+        assert!(
+            status.success(),
+            "mounting a tmpfs on {}: {status}",
+            dir.display()
+        );
+        Tmpfs(dir.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+#[tokio::test]
+async fn a_backup_that_does_not_fit_its_claim_fails_with_the_reason_and_the_vm_runs_on() {
+    let _shared = ClusterLock::shared().await;
+    let client = client().await;
+    let namespace = TestNamespace::create(&client, "e2e-snapfull").await;
+    let ns = namespace.name.as_str();
+    let mut host = HostVolumes::new(ns);
+    let data = host.dir.join("data");
+    // A claim of 6 MiB holding a disk of 4 MiB that is all data: its backup cannot fit.
+    let tmpfs = Tmpfs::mount(&data, "6m");
+    let id = contract::layout::LAUNCHER_USER_ID;
+    chown(&data, Some(id), Some(id)).expect("the volume's owner");
+    let disk = data.join("disk.img");
+    let noise: Vec<u8> = (0..DISK_BYTES as u32)
+        .map(|i| (i % 251) as u8 + 1)
+        .collect();
+    std::fs::write(&disk, &noise).expect("the claim's disk.img");
+    let data_pv = format!("{ns}-data");
+    host.bound_claim(&client, ns, &data_pv, &data).await;
+
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), ns);
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), ns);
+    let snapshots: Api<VirtualMachineSnapshot> = Api::namespaced(client.clone(), ns);
+    let contents: Api<VirtualMachineSnapshotContent> = Api::namespaced(client.clone(), ns);
+    let pp = PostParams::default();
+    vms.create(&pp, &writer("writer", &data_pv, "FULL", "Always"))
+        .await
+        .expect("VM created");
+    wait_running(&vmis, "writer", TIMEOUT).await;
+    wait_disk("the guest's write", &disk, "FULL").await;
+    let before = std::fs::read(&disk).unwrap();
+
+    let snapshot: VirtualMachineSnapshot = serde_json::from_value(json!({
+        "apiVersion": "snapshot.kubevirt.io/v1beta1", "kind": "VirtualMachineSnapshot",
+        "metadata": {"name": "snap"},
+        "spec": {"source": {"apiGroup": "kubevirt.io", "kind": "VirtualMachine", "name": "writer"}},
+    }))
+    .unwrap();
+    snapshots
+        .create(&pp, &snapshot)
+        .await
+        .expect("snapshot admitted");
+    let failed = wait_for("the snapshot's error", TIMEOUT, || async {
+        let s = snapshots.get("snap").await.ok()?;
+        s.status
+            .as_ref()?
+            .error
+            .as_ref()?
+            .message
+            .clone()
+            .map(|m| (s, m))
+    })
+    .await;
+    let (taken, message) = failed;
+    assert!(message.contains("No space left on device"), "{message}");
+    let status = taken.status.unwrap();
+    assert_ne!(status.phase.as_deref(), Some("Succeeded"));
+    assert_ne!(status.ready_to_use, Some(true));
+    // Nothing lost: the VM runs on, unpaused, its disk as it was; no partial copy in the claim.
+    wait_for("the VM unpaused", TIMEOUT, || async {
+        let vmi = vmis.get("writer").await.ok()?;
+        let conditions = vmi.status?.conditions;
+        let paused = api::condition::find(&conditions, "Paused").is_some_and(|c| c.is_true());
+        (!paused).then_some(())
+    })
+    .await;
+    assert_eq!(std::fs::read(&disk).unwrap(), before, "the disk changed");
+    let backups = data.join(".ferrovirt-snapshots");
+    let left: Vec<String> = walk(&backups);
+    assert!(left.is_empty(), "a partial backup was left: {left:?}");
+    println!("a backup that does not fit: {message}");
+
+    // Deleting the failed snapshot deletes its content and what it made in the claim.
+    let content = status
+        .virtual_machine_snapshot_content_name
+        .unwrap_or_default();
+    snapshots
+        .delete("snap", &DeleteParams::default())
+        .await
+        .expect("snapshot deleted");
+    wait_for("the content gone", TIMEOUT, || async {
+        contents
+            .get_opt(&content)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert_eq!(std::fs::read(&disk).unwrap(), before, "the disk changed");
+    set_run_strategy(&vms, "writer", "Halted").await;
+    wait_stopped(&vmis, "writer").await;
+    drop(namespace);
+    drop(tmpfs);
+    drop(host);
+}
+
+/// The files under `dir`, recursively (none when it does not exist).
+fn walk(dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .flat_map(|e| {
+            let path = e.path();
+            if path.is_dir() {
+                walk(&path)
+            } else {
+                vec![path.display().to_string()]
+            }
+        })
+        .collect()
 }

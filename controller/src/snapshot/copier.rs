@@ -33,7 +33,8 @@ const CLAIMS_DIR: &str = "/claims";
 ///   (the claim a VM uses);
 /// - `remove DIR`: `DIR` and what it holds.
 ///
-/// A source that is a symlink is refused, as virt-handler refuses a `disk.img` that is one.
+/// A source that is a symlink is refused, as virt-handler refuses a `disk.img` that is one. A
+/// copy that fails (a full claim) leaves no partial file behind.
 const SCRIPT: &str = r#"set -eu
 refuse_link() { if [ -L "$1" ]; then echo "$1 is a symlink, not a disk image" >&2; exit 1; fi; }
 while [ $# -gt 0 ]; do
@@ -41,8 +42,10 @@ while [ $# -gt 0 ]; do
   copy)
     refuse_link "$2"
     mkdir -p "$(dirname "$3")"
-    cp --sparse=always "$2" "$3.part"
-    sync "$3.part"
+    if ! cp --sparse=always "$2" "$3.part" || ! sync "$3.part"; then
+      rm -f "$3.part"
+      exit 1
+    fi
     mv -f "$3.part" "$3"
     sync "$(dirname "$3")"
     echo "copied $2 to $3: $(stat -c %s "$3") bytes"

@@ -188,6 +188,17 @@ fn the_program_copies_sparsely_overwrites_in_place_removes_and_refuses_symlinks(
     assert!(said.contains("missing.img"), "{said}");
     assert!(backup.exists());
 
+    // A copy that does not fit leaves nothing behind: the partial file here is /dev/full,
+    // which answers every write with ENOSPC, as a full claim does.
+    let full = dir.path().join("full/disk.img");
+    std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink("/dev/full", dir.path().join("full/disk.img.part")).unwrap();
+    let (ok, said) = run(&[Path::new("copy"), &disk, &full]);
+    assert!(!ok);
+    assert!(said.contains("No space left on device"), "{said}");
+    let left: Vec<_> = std::fs::read_dir(full.parent().unwrap()).unwrap().collect();
+    assert!(left.is_empty(), "a partial copy was left: {left:?}");
+
     let (ok, said) = run(&[Path::new("remove"), &backup_dir]);
     assert!(ok, "{said}");
     assert!(!backup_dir.exists());
