@@ -23,7 +23,7 @@ use ferrovirt_tests::claims::HostVolumes;
 use ferrovirt_tests::{
     client, set_run_strategy, tiny_vmi_spec, wait_for, wait_running, ClusterLock, TestNamespace,
 };
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -304,31 +304,52 @@ async fn a_written_claim_is_snapshotted_running_restored_in_place_and_cloned_int
     drop(host);
 }
 
-/// A tmpfs of this host, unmounted when dropped.
-struct Tmpfs(std::path::PathBuf);
+/// A tmpfs mounted in one node's mount namespace (each netns node of the local cluster has its
+/// own: a mount on this host is not seen by its Pods), unmounted when dropped. This host reaches
+/// it through the node's `/proc/<pid>/root`.
+struct NodeTmpfs {
+    pid: u32,
+    dir: std::path::PathBuf,
+}
 
-impl Tmpfs {
-    fn mount(dir: &Path, size: &str) -> Tmpfs {
-        std::fs::create_dir_all(dir).expect("the tmpfs's directory");
-        let status = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+impl NodeTmpfs {
+    fn mount(node: &str, dir: &Path, size: &str) -> NodeTmpfs {
+        let pid = ferrovirt_tests::node_pid(node);
+        let status = std::process::Command::new("nsenter")
+            .args(["-t", &pid.to_string(), "-m", "--"])
+            .args([
+                "sh",
+                "-c",
+                "mkdir -p \"$1\" && mount -t tmpfs -o size=\"$2\" tmpfs \"$1\"",
+            ])
+            .arg("mount-tmpfs")
             .arg(dir)
+            .arg(size)
             .status()
-            .expect("running mount (util-linux)");
+            .expect("running nsenter (util-linux)");
         assert!(
             status.success(),
-            "mounting a tmpfs on {}: {status}",
+            "mounting a tmpfs on {} in node {node}: {status}",
             dir.display()
         );
-        Tmpfs(dir.to_path_buf())
+        NodeTmpfs {
+            pid,
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// The path of `file` in the tmpfs, as this host reaches it.
+    fn path(&self, file: &str) -> std::path::PathBuf {
+        let inside = self.dir.join(file);
+        Path::new(&format!("/proc/{}/root", self.pid)).join(inside.strip_prefix("/").unwrap())
     }
 }
 
-impl Drop for Tmpfs {
+impl Drop for NodeTmpfs {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&self.0)
+        let _ = std::process::Command::new("nsenter")
+            .args(["-t", &self.pid.to_string(), "-m", "--", "umount", "-l"])
+            .arg(&self.dir)
             .status();
     }
 }
@@ -341,11 +362,25 @@ async fn a_backup_that_does_not_fit_its_claim_fails_with_the_reason_and_the_vm_r
     let ns = namespace.name.as_str();
     let mut host = HostVolumes::new(ns);
     let data = host.dir.join("data");
-    // A claim of 6 MiB holding a disk of 4 MiB that is all data: its backup cannot fit.
-    let tmpfs = Tmpfs::mount(&data, "6m");
+    // A claim of 6 MiB holding a disk of 4 MiB that is all data: its backup cannot fit. The
+    // tmpfs is in one node, which the VM is placed on.
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut names: Vec<String> = nodes
+        .list(&ListParams::default())
+        .await
+        .expect("nodes")
+        .items
+        .iter()
+        .map(|n| n.name_any())
+        .filter(|n| n.starts_with("ferrovirt-"))
+        .collect();
+    names.sort();
+    let node = names.first().expect("a node of the local cluster").clone();
+    std::fs::create_dir_all(&data).expect("the volume's host directory");
+    let tmpfs = NodeTmpfs::mount(&node, &data, "6m");
     let id = contract::layout::LAUNCHER_USER_ID;
-    chown(&data, Some(id), Some(id)).expect("the volume's owner");
-    let disk = data.join("disk.img");
+    chown(tmpfs.path(""), Some(id), Some(id)).expect("the volume's owner");
+    let disk = tmpfs.path("disk.img");
     let noise: Vec<u8> = (0..DISK_BYTES as u32)
         .map(|i| (i % 251) as u8 + 1)
         .collect();
@@ -358,9 +393,11 @@ async fn a_backup_that_does_not_fit_its_claim_fails_with_the_reason_and_the_vm_r
     let snapshots: Api<VirtualMachineSnapshot> = Api::namespaced(client.clone(), ns);
     let contents: Api<VirtualMachineSnapshotContent> = Api::namespaced(client.clone(), ns);
     let pp = PostParams::default();
-    vms.create(&pp, &writer("writer", &data_pv, "FULL", "Always"))
-        .await
-        .expect("VM created");
+    let mut vm = writer("writer", &data_pv, "FULL", "Always");
+    if let Some(spec) = vm.spec.template.spec.as_mut() {
+        spec.node_selector = Some([("kubernetes.io/hostname".to_string(), node.clone())].into());
+    }
+    vms.create(&pp, &vm).await.expect("VM created");
     wait_running(&vmis, "writer", TIMEOUT).await;
     wait_disk("the guest's write", &disk, "FULL").await;
     let before = std::fs::read(&disk).unwrap();
@@ -400,7 +437,7 @@ async fn a_backup_that_does_not_fit_its_claim_fails_with_the_reason_and_the_vm_r
     })
     .await;
     assert_eq!(std::fs::read(&disk).unwrap(), before, "the disk changed");
-    let backups = data.join(".ferrovirt-snapshots");
+    let backups = tmpfs.path(".ferrovirt-snapshots");
     let left: Vec<String> = walk(&backups);
     assert!(left.is_empty(), "a partial backup was left: {left:?}");
     println!("a backup that does not fit: {message}");
