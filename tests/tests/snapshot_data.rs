@@ -341,7 +341,8 @@ impl NodeTmpfs {
     /// The path of `file` in the tmpfs, as this host reaches it.
     fn path(&self, file: &str) -> std::path::PathBuf {
         let inside = self.dir.join(file);
-        Path::new(&format!("/proc/{}/root", self.pid)).join(inside.strip_prefix("/").unwrap())
+        Path::new(&format!("/proc/{}/root", self.pid))
+            .join(inside.strip_prefix("/").expect("an absolute path"))
     }
 }
 
