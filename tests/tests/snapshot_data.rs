@@ -53,6 +53,20 @@ fn writer(name: &str, claim: &str, mark: &str, run_strategy: &str) -> VirtualMac
     .expect("a VM")
 }
 
+/// Snapshot `snap` of VM `writer`, admitted.
+async fn snapshot_writer(snapshots: &Api<VirtualMachineSnapshot>) {
+    let snapshot: VirtualMachineSnapshot = serde_json::from_value(json!({
+        "apiVersion": "snapshot.kubevirt.io/v1beta1", "kind": "VirtualMachineSnapshot",
+        "metadata": {"name": "snap"},
+        "spec": {"source": {"apiGroup": "kubevirt.io", "kind": "VirtualMachine", "name": "writer"}},
+    }))
+    .expect("a snapshot");
+    snapshots
+        .create(&PostParams::default(), &snapshot)
+        .await
+        .expect("snapshot admitted");
+}
+
 /// Waits until the disk at `path` starts with `mark`.
 async fn wait_disk(what: &str, path: &Path, mark: &str) {
     wait_for(what, TIMEOUT, || async {
@@ -135,16 +149,7 @@ async fn a_written_claim_is_snapshotted_running_restored_in_place_and_cloned_int
     );
 
     // A snapshot while it runs: the claim's data is in the content's backup.
-    let snapshot: VirtualMachineSnapshot = serde_json::from_value(json!({
-        "apiVersion": "snapshot.kubevirt.io/v1beta1", "kind": "VirtualMachineSnapshot",
-        "metadata": {"name": "snap"},
-        "spec": {"source": {"apiGroup": "kubevirt.io", "kind": "VirtualMachine", "name": "writer"}},
-    }))
-    .unwrap();
-    snapshots
-        .create(&pp, &snapshot)
-        .await
-        .expect("snapshot admitted");
+    snapshot_writer(&snapshots).await;
     let taken = wait_for("the snapshot ready", TIMEOUT, || async {
         let s = snapshots.get("snap").await.ok()?;
         (s.status.as_ref()?.ready_to_use == Some(true)).then_some(s)
@@ -403,16 +408,7 @@ async fn a_backup_that_does_not_fit_its_claim_fails_with_the_reason_and_the_vm_r
     wait_disk("the guest's write", &disk, "FULL").await;
     let before = std::fs::read(&disk).unwrap();
 
-    let snapshot: VirtualMachineSnapshot = serde_json::from_value(json!({
-        "apiVersion": "snapshot.kubevirt.io/v1beta1", "kind": "VirtualMachineSnapshot",
-        "metadata": {"name": "snap"},
-        "spec": {"source": {"apiGroup": "kubevirt.io", "kind": "VirtualMachine", "name": "writer"}},
-    }))
-    .unwrap();
-    snapshots
-        .create(&pp, &snapshot)
-        .await
-        .expect("snapshot admitted");
+    snapshot_writer(&snapshots).await;
     let failed = wait_for("the snapshot's error", TIMEOUT, || async {
         let s = snapshots.get("snap").await.ok()?;
         s.status
