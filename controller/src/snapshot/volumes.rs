@@ -177,26 +177,19 @@ impl Volumes<'_> {
                 .map_err(Error::from),
             Err(e) => Err(e),
         };
-        if cleared.is_ok() {
-            self.ctx
-                .event(
-                    self.content,
-                    false,
-                    "VolumeBackupReleased",
-                    format!("VM {vm}: {undo} after its volumes were copied"),
-                )
-                .await;
-        }
-        if let Err(e) = cleared {
-            self.ctx
-                .event(
-                    self.content,
-                    true,
-                    "VolumeBackupReleaseFailed",
-                    format!("could not {undo} VM {vm} after its volume backup: {e}"),
-                )
-                .await;
-        }
+        let (warning, reason, message) = match cleared {
+            Ok(()) => (
+                false,
+                "VolumeBackupReleased",
+                format!("VM {vm}: {undo} after its volumes were copied"),
+            ),
+            Err(e) => (
+                true,
+                "VolumeBackupReleaseFailed",
+                format!("could not {undo} VM {vm} after its volume backup: {e}"),
+            ),
+        };
+        self.ctx.event(self.content, warning, reason, message).await;
     }
 
     /// One step of removing the backups from the claims that still exist; `true` once they are
