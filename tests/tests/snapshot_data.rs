@@ -1,7 +1,8 @@
 //! Volume data in snapshots, restores and clones on the local cluster: a running VM's guest
 //! writes its claim's disk; a snapshot taken while it runs holds that data (the VM paused while
 //! virt-controller's copy Pod copies the claim's `disk.img` into the claim's
-//! `.ferrovirt-snapshots/`); the guest then writes something else; a restore into the stopped
+//! `.ferrovirt-snapshots/`), with the spec the VMI was started from (the VM's was changed
+//! since); the guest then writes something else; a restore into the stopped
 //! VM puts the first data back on the same claim; a clone copies the data into a new claim
 //! (bound here to a spare PersistentVolume) and boots; deleting the snapshot removes its
 //! backup from the claim. A backup that does not fit its claim (a tmpfs) fails with the copy's
@@ -65,6 +66,15 @@ async fn snapshot_writer(snapshots: &Api<VirtualMachineSnapshot>) {
         .create(&PostParams::default(), &snapshot)
         .await
         .expect("snapshot admitted");
+}
+
+/// The cloud-init user data of a VM's spec.
+fn user_data(spec: &api::vm::VirtualMachineSpec) -> String {
+    let spec = serde_json::to_value(spec).expect("a spec is JSON");
+    spec["template"]["spec"]["volumes"][1]["cloudInitNoCloud"]["userData"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// Waits until the disk at `path` starts with `mark`.
@@ -148,6 +158,15 @@ async fn a_written_claim_is_snapshotted_running_restored_in_place_and_cloned_int
         "{data_status:?}"
     );
 
+    // The VM's spec changes while it runs (the next boot writes SECOND): a snapshot stores the
+    // spec its VMI started from.
+    let mut second = writer("writer", &data_pv, "SECOND", "Always");
+    let current = vms.get("writer").await.unwrap();
+    second.metadata.resource_version = current.metadata.resource_version.clone();
+    vms.replace("writer", &pp, &second)
+        .await
+        .expect("VM updated");
+
     // A snapshot while it runs: the claim's data is in the content's backup.
     snapshot_writer(&snapshots).await;
     let taken = wait_for("the snapshot ready", TIMEOUT, || async {
@@ -179,6 +198,12 @@ async fn a_written_claim_is_snapshotted_running_restored_in_place_and_cloned_int
         snapshot_name.as_str()
     );
     assert_eq!(content_status.volume_snapshot_status[0]["readyToUse"], true);
+    let stored = &content.spec.source.virtual_machine.as_ref().unwrap().spec;
+    let stored_data = user_data(stored);
+    assert!(
+        stored_data.contains("echo FIRST"),
+        "not the started spec: {stored_data}"
+    );
     let backup = data.join(backup_path(&snapshot_name));
     let backed_up = std::fs::read(&backup).expect("the backup in the claim");
     assert!(
@@ -209,15 +234,10 @@ async fn a_written_claim_is_snapshotted_running_restored_in_place_and_cloned_int
         backed_up.len()
     );
 
-    // The guest writes SECOND over it (a new boot with other user data).
+    // The guest writes SECOND over it (a new boot, of the changed spec).
     set_run_strategy(&vms, "writer", "Halted").await;
     wait_stopped(&vmis, "writer").await;
-    let mut second = writer("writer", &data_pv, "SECOND", "Always");
-    let current = vms.get("writer").await.unwrap();
-    second.metadata.resource_version = current.metadata.resource_version.clone();
-    vms.replace("writer", &pp, &second)
-        .await
-        .expect("VM updated");
+    set_run_strategy(&vms, "writer", "Always").await;
     wait_running(&vmis, "writer", TIMEOUT).await;
     wait_disk("the guest's second write", &disk, "SECOND").await;
     set_run_strategy(&vms, "writer", "Halted").await;
@@ -250,12 +270,8 @@ async fn a_written_claim_is_snapshotted_running_restored_in_place_and_cloned_int
         "the restore did not put the first write back"
     );
     assert_eq!(now, backed_up, "the restored disk differs from the backup");
-    let vm = serde_json::to_value(vms.get("writer").await.unwrap()).unwrap();
-    let user_data = vm["spec"]["template"]["spec"]["volumes"][1]["cloudInitNoCloud"]["userData"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    assert!(user_data.contains("echo FIRST"), "{user_data}");
+    let restored_data = user_data(&vms.get("writer").await.unwrap().spec);
+    assert!(restored_data.contains("echo FIRST"), "{restored_data}");
 
     // A clone of the VM: its claim's data in a new claim, which the spare volume takes.
     let clone: VirtualMachineClone = serde_json::from_value(json!({

@@ -7,7 +7,9 @@ use api::snapshot::{
     VirtualMachineSnapshotStatus, VolumeBackup, CONTENT_FINALIZER, FAILED, FAILURE, IN_PROGRESS,
     PROGRESSING, READY, SUCCEEDED,
 };
+use api::vm::VirtualMachineSpec;
 use api::VirtualMachine;
+use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -127,6 +129,13 @@ pub fn content_for(
         },
         status: None,
     }
+}
+
+/// The spec a VM's start recorded in its ControllerRevision (`{"spec": ...}`), which its VMI
+/// runs: an online snapshot stores it, as KubeVirt's does, not a spec changed since.
+pub fn started_spec(revision: &ControllerRevision) -> Option<VirtualMachineSpec> {
+    let data = revision.data.as_ref()?;
+    serde_json::from_value(data.0.get("spec")?.clone()).ok()
 }
 
 /// The backup of each of the VM's claims (its persistentVolumeClaim volumes), given the claims

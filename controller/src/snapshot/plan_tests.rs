@@ -1,5 +1,6 @@
 use api::snapshot::{VirtualMachineRestoreStatus, VirtualMachineSnapshot};
 use api::VirtualMachine;
+use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
@@ -285,4 +286,25 @@ fn each_claim_is_backed_up_from_the_claim_as_it_is_and_a_missing_one_is_named() 
         condition(&status, "Progressing"),
         ("False".into(), "In error state".into())
     );
+}
+
+#[test]
+fn an_online_snapshot_stores_the_spec_the_vmi_was_started_from() {
+    let mut started = vm();
+    started.spec.run_strategy = Some("Manual".into());
+    let revision: ControllerRevision = serde_json::from_value(json!({
+        "metadata": {"name": "revision-start-vm-vm-uid-3"},
+        "data": {"spec": started.spec},
+        "revision": 3,
+    }))
+    .unwrap();
+    assert_eq!(started_spec(&revision), Some(started.spec));
+    let empty: ControllerRevision =
+        serde_json::from_value(json!({"metadata": {"name": "r"}, "revision": 1})).unwrap();
+    assert_eq!(started_spec(&empty), None);
+    let other: ControllerRevision = serde_json::from_value(
+        json!({"metadata": {"name": "r"}, "data": {"template": {}}, "revision": 1}),
+    )
+    .unwrap();
+    assert_eq!(started_spec(&other), None);
 }

@@ -8,6 +8,7 @@ use api::snapshot::{
     VirtualMachineSnapshot, VirtualMachineSnapshotContent, SNAPSHOT_FINALIZER, SOURCE_FINALIZER,
 };
 use api::{VirtualMachine, VirtualMachineInstance};
+use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -81,11 +82,12 @@ pub async fn reconcile(
                 *found = lock(&vms, found, &name).await?;
                 source.locked = true;
             } else if source.locked && content.is_none() {
+                let stored = stored_vm(&ctx, found, vmis.get_opt(&found.name_any()).await?).await?;
                 let claims: Api<PersistentVolumeClaim> =
                     Api::namespaced(client.clone(), &namespace);
                 let backups = match plan::volume_backups(
                     &snapshot,
-                    found,
+                    &stored,
                     &claims.list(&ListParams::default()).await?.items,
                 ) {
                     Ok(backups) => backups,
@@ -95,7 +97,7 @@ pub async fn reconcile(
                         return Ok(Action::requeue(Duration::from_secs(5)));
                     }
                 };
-                let new = plan::content_for(&snapshot, found, backups);
+                let new = plan::content_for(&snapshot, &stored, backups);
                 match contents.create(&PostParams::default(), &new).await {
                     Ok(created) => {
                         ctx.event(
@@ -218,6 +220,33 @@ pub fn of_content(
 ) -> Option<ObjectRef<VirtualMachineSnapshot>> {
     let snapshot = content.spec.virtual_machine_snapshot_name.as_deref()?;
     Some(ObjectRef::new(snapshot).within(&content.namespace()?))
+}
+
+/// The VM a snapshot stores: with the spec its running VMI was started from (the VMI's
+/// `status.virtualMachineRevisionName`), as KubeVirt's online snapshots store it; as it is when
+/// it runs nothing, or its start recorded no revision.
+async fn stored_vm(
+    ctx: &Context,
+    vm: &VirtualMachine,
+    vmi: Option<VirtualMachineInstance>,
+) -> Result<VirtualMachine, Error> {
+    let mut stored = vm.clone();
+    let revision_name = vmi
+        .and_then(|v| v.status)
+        .and_then(|s| s.virtual_machine_revision_name);
+    let Some(revision_name) = revision_name else {
+        return Ok(stored);
+    };
+    let revisions: Api<ControllerRevision> =
+        Api::namespaced(ctx.client.clone(), &vm.namespace().unwrap_or_default());
+    match revisions.get_opt(&revision_name).await?.as_ref().and_then(plan::started_spec) {
+        Some(spec) => stored.spec = spec,
+        None => log::warn!(
+            "VM {}: revision {revision_name} of its running VMI holds no spec; the snapshot stores the VM's",
+            vm.name_any()
+        ),
+    }
+    Ok(stored)
 }
 
 /// What a snapshot needs to know of its VM.
