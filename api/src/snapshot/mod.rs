@@ -213,9 +213,14 @@ pub fn volume_snapshot_name(snapshot_uid: &str, volume: &str) -> String {
     format!("vmsnapshot-{snapshot_uid}-volume-{volume}")
 }
 
+/// The directory of a volume's backup, relative to its claim's root.
+pub fn backup_dir(volume_snapshot_name: &str) -> String {
+    format!("{BACKUP_DIR}/{volume_snapshot_name}")
+}
+
 /// The backup of a volume's `disk.img`, relative to its claim's root.
 pub fn backup_path(volume_snapshot_name: &str) -> String {
-    format!("{BACKUP_DIR}/{volume_snapshot_name}/disk.img")
+    format!("{}/disk.img", backup_dir(volume_snapshot_name))
 }
 
 /// The claim a restore into a new VM creates for a backed-up volume (KubeVirt's name).

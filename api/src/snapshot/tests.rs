@@ -306,6 +306,10 @@ fn backups_are_named_as_kubevirt_names_volume_snapshots_and_live_in_the_claim() 
     let name = volume_snapshot_name("0c2a", "data");
     assert_eq!(name, "vmsnapshot-0c2a-volume-data");
     assert_eq!(
+        backup_dir(&name),
+        ".ferrovirt-snapshots/vmsnapshot-0c2a-volume-data"
+    );
+    assert_eq!(
         backup_path(&name),
         ".ferrovirt-snapshots/vmsnapshot-0c2a-volume-data/disk.img"
     );

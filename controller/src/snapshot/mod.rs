@@ -1,7 +1,9 @@
 //! VM snapshots and restores (`snapshot.kubevirt.io`), as KubeVirt's snapshot and restore
-//! controllers run them: [`take`] locks the VM, stores it in a content and unlocks it;
-//! [`restore`] writes a stored VM into its target once the target runs nothing. What each
-//! writes is decided by the pure functions of [`plan`]; these modules read and apply.
+//! controllers run them: [`take`] locks the VM, stores it in a content with a copy of its
+//! claims' data and unlocks it; [`restore`] writes a stored VM, and its claims' data, into its
+//! target once the target runs nothing. What each writes is decided by the pure functions of
+//! [`plan`]; these modules read and apply. The data is copied by the Pods of [`copier`]
+//! (`volumes` runs them for a snapshot's content, pausing or freezing a running VM meanwhile).
 
 pub mod copier;
 pub mod plan;

@@ -132,12 +132,13 @@ pub async fn reconcile(
             content: found,
         };
         if terminating {
+            let delete = plan::delete_content(&snapshot, found);
             volumes.release(source.as_ref()).await;
-            if plan::delete_content(&snapshot, found) && !volumes.remove_backups().await? {
+            if delete && !volumes.remove_backups().await? {
                 return Ok(Action::requeue(RETRY));
             }
             set_finalizer(&contents, found, api::snapshot::CONTENT_FINALIZER, false).await?;
-            if plan::delete_content(&snapshot, found) {
+            if delete {
                 match contents
                     .delete(&content_name, &DeleteParams::default())
                     .await

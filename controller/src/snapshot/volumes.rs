@@ -3,7 +3,7 @@
 //! The copying is [`copier`]'s; what was done to the VM is kept in the content's
 //! [`QUIESCED_ANNOTATION`], so that it is undone once, whatever pass sees the copy end.
 
-use api::snapshot::{backup_path, VirtualMachineSnapshotContent};
+use api::snapshot::{backup_dir, backup_path, VirtualMachineSnapshotContent};
 use api::VirtualMachineInstance;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -41,9 +41,14 @@ impl Volumes<'_> {
         self.content.namespace().unwrap_or_default()
     }
 
+    /// The copy Pod of this content for `purpose`.
+    fn pod_name(&self, purpose: &str) -> String {
+        format!("{}-{purpose}", self.content.name_any())
+    }
+
     fn job(&self, purpose: &'static str, node: Option<String>, ops: Vec<Op>) -> Job {
         Job {
-            name: format!("{}-{purpose}", self.content.name_any()),
+            name: self.pod_name(purpose),
             namespace: self.namespace(),
             purpose,
             node,
@@ -209,17 +214,18 @@ impl Volumes<'_> {
                 .await?
                 .is_some_and(|c| c.metadata.deletion_timestamp.is_none());
             if present {
-                let file = backup_path(&name);
-                let dir = file.trim_end_matches("/disk.img");
-                ops.push(Op::Remove(ClaimPath::new(&claim, dir)));
+                ops.push(Op::Remove(ClaimPath::new(&claim, &backup_dir(&name))));
             }
         }
         if ops.is_empty() {
             return Ok(true);
         }
         // A backup still being copied stops first: it would write after the removal.
-        let copying = self.job("backup", None, Vec::new()).name;
-        match self.pods.delete(&copying, &DeleteParams::default()).await {
+        match self
+            .pods
+            .delete(&self.pod_name("backup"), &DeleteParams::default())
+            .await
+        {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(e) => return Err(e.into()),
